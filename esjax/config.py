@@ -1,0 +1,310 @@
+"""Validated specs: TOML presets and ``--set`` overrides become frozen dataclasses.
+
+Parsing is strict so that a typo never silently falls back to a default: an unknown key, a
+wrong type or an impossible value raises :class:`ConfigError` with a one-line message that
+names the file, the key, what was expected and, for unknown keys, the nearest valid one.
+This module knows nothing about JAX.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import tomllib
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A config problem a person can fix; its message is one line."""
+
+
+def suggest(name: str, valid: Sequence[str]) -> str:
+    """``" (did you mean 'x'?)"`` for the nearest valid name, or an empty string."""
+    close = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError as err:
+        raise ConfigError(f"{path}: no such file") from err
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML: {err}") from err
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read: {err.strerror}") from err
+
+
+# ---------------------------------------------------------------------------- overrides
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"strategy.lr=0.1"`` -> ``(["strategy", "lr"], 0.1)``; values are read as TOML."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: expected key=value")
+    key, raw = text.split("=", 1)
+    path = [part.strip() for part in key.strip().split(".")]
+    if not all(path):
+        raise ConfigError(f"--set {text!r}: empty key")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()  # a bare word such as adam or Pendulum-v1
+    return path, value
+
+
+def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """A copy of ``raw`` with each ``key.sub=value`` set; unknown keys are caught by parsing."""
+    result = _deep_copy(raw)
+    for text in overrides:
+        path, value = parse_override(text)
+        node = result
+        for part in path[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {text!r}: {part!r} is not a table")
+            node = child
+        node[path[-1]] = value
+    return result
+
+
+def _deep_copy(raw: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _deep_copy(v) if isinstance(v, Mapping) else v for k, v in raw.items()}
+
+
+# ---------------------------------------------------------------------------- strict parsing
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (types.UnionType, typing.Union):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is tuple:
+        return f"a list of {_type_name(typing.get_args(tp)[0])}"
+    if origin is dict:
+        return "a table"
+    if dataclasses.is_dataclass(tp):
+        return "a table"
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
+        tp, getattr(tp, "__name__", str(tp))
+    )
+
+
+def _convert(value: Any, tp: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (types.UnionType, typing.Union):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(value, arg, where)
+            except ConfigError:
+                continue
+        raise ConfigError(_at(where, f"expected {_type_name(tp)}, got {value!r}"))
+    if origin is tuple:
+        (item,) = typing.get_args(tp)[:1]
+        if isinstance(value, list | tuple):
+            return tuple(_convert(v, item, f"{where}[{i}]") for i, v in enumerate(value))
+        raise ConfigError(_at(where, f"expected {_type_name(tp)}, got {value!r}"))
+    if origin is dict:
+        _, value_type = typing.get_args(tp)
+        if not isinstance(value, Mapping):
+            raise ConfigError(_at(where, f"expected a table, got {value!r}"))
+        return {str(k): _convert(v, value_type, _child(where, str(k))) for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, Mapping):
+            raise ConfigError(_at(where, f"expected a table, got {value!r}"))
+        return parse_into(tp, value, where)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    else:
+        raise TypeError(f"unsupported config type {tp!r}")
+    raise ConfigError(_at(where, f"expected {_type_name(tp)}, got {value!r}"))
+
+
+def parse_into(cls: type, data: Mapping[str, Any], where: str) -> Any:
+    """Build dataclass ``cls`` from ``data``, rejecting unknown keys and wrong types.
+
+    ``where`` prefixes every message: ``"FILE:"`` at the top, ``"FILE: policy"`` below it. After construction
+    the dataclass's ``validate()`` (if any) checks values against each other.
+    """
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    for key in data:
+        if key not in fields:
+            raise ConfigError(
+                _at(
+                    where,
+                    f"unknown key {key!r}{suggest(key, list(fields))}; "
+                    f"valid keys: {', '.join(fields)}",
+                )
+            )
+    kwargs = {}
+    for name in fields:
+        if name in data:
+            kwargs[name] = _convert(data[name], hints[name], _child(where, name))
+    missing = [
+        name
+        for name, f in fields.items()
+        if name not in kwargs
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ConfigError(_at(where, f"missing required key {missing[0]!r}"))
+    obj = cls(**kwargs)
+    validate = getattr(obj, "validate", None)
+    if validate is not None:
+        validate(where)
+    return obj
+
+
+def to_dict(obj: Any) -> Any:
+    """A JSON/TOML-ready view of a spec (tuples become lists)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Mapping):
+        return {k: to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, tuple | list):
+        return [to_dict(v) for v in obj]
+    return obj
+
+
+def _require(ok: bool, where: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(_at(where, message))
+
+
+def _at(where: str, message: str) -> str:
+    """``"FILE: key.path: message"``; ``where`` is ``"FILE:"`` at the top level."""
+    return f"{where.rstrip(':')}: {message}" if where else message
+
+
+def _child(where: str, name: str) -> str:
+    if not where:
+        return name
+    return f"{where} {name}" if where.endswith(":") else f"{where}.{name}"
+
+
+# ---------------------------------------------------------------------------- task specs
+DISTRIBUTIONS = ("uniform", "log_uniform", "choice", "random_sign")
+POLICY_KINDS = ("mlp", "lstm")
+
+
+@dataclass(frozen=True)
+class ParamDistribution:
+    """How one env parameter is drawn per rollout.
+
+    ``uniform`` / ``log_uniform`` over ``[low, high]``; ``choice`` among ``values``;
+    ``random_sign``: a magnitude drawn log-uniformly from ``[low, high]`` times a random sign.
+    """
+
+    dist: str
+    low: float = 0.0
+    high: float = 0.0
+    values: tuple[float, ...] = ()
+
+    def validate(self, where: str) -> None:
+        _require(
+            self.dist in DISTRIBUTIONS,
+            _child(where, "dist"),
+            f"unknown distribution {self.dist!r}{suggest(self.dist, DISTRIBUTIONS)}; "
+            f"choose from {', '.join(DISTRIBUTIONS)}",
+        )
+        if self.dist == "choice":
+            _require(len(self.values) > 0, _child(where, "values"), "choice needs a non-empty list")
+        else:
+            _require(self.low <= self.high, where, f"low ({self.low}) must be <= high ({self.high})")
+        if self.dist in ("log_uniform", "random_sign"):
+            _require(self.low > 0, _child(where, "low"), f"{self.dist} needs low > 0, got {self.low}")
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Network shape; for ``lstm`` the single entry of ``hidden`` is the cell size."""
+
+    kind: str = "mlp"
+    hidden: tuple[int, ...] = (64, 64)
+    activation: str = "tanh"
+    meta_inputs: tuple[str, ...] = ()
+
+    def validate(self, where: str) -> None:
+        _require(
+            self.kind in POLICY_KINDS,
+            _child(where, "kind"),
+            f"unknown policy kind {self.kind!r}{suggest(self.kind, POLICY_KINDS)}; "
+            f"choose from {', '.join(POLICY_KINDS)}",
+        )
+        _require(len(self.hidden) > 0, _child(where, "hidden"), "needs at least one size")
+        _require(all(h > 0 for h in self.hidden), _child(where, "hidden"), "sizes must be positive")
+        if self.kind == "lstm":
+            _require(len(self.hidden) == 1, _child(where, "hidden"), "an lstm takes one size, e.g. [32]")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Evaluate the search mean (and best member) every ``every`` generations."""
+
+    every: int = 10
+    episodes: int = 128
+
+    def validate(self, where: str) -> None:
+        _require(self.every > 0, _child(where, "every"), f"must be positive, got {self.every}")
+        _require(self.episodes > 0, _child(where, "episodes"), f"must be positive, got {self.episodes}")
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """One task preset (``tasks/NAME.toml``)."""
+
+    env: str
+    description: str = ""
+    episode_length: int | None = None
+    rollouts: int = 1
+    popsize: int | None = None
+    normalize_obs: bool = False
+    generations: int = 100
+    env_params: dict[str, float] = field(default_factory=dict)
+    env_sampler: dict[str, ParamDistribution] = field(default_factory=dict)
+    splits: dict[str, dict[str, ParamDistribution]] = field(default_factory=dict)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    strategy: str = "open_es"
+    strategy_settings: dict[str, Any] = field(default_factory=dict)
+    evaluation: EvalConfig = field(default_factory=EvalConfig)
+
+    def validate(self, where: str) -> None:
+        if self.episode_length is not None:
+            _require(
+                self.episode_length > 0,
+                _child(where, "episode_length"),
+                f"must be positive, got {self.episode_length}",
+            )
+        _require(self.rollouts > 0, _child(where, "rollouts"), f"must be positive, got {self.rollouts}")
+        if self.popsize is not None:
+            _require(self.popsize > 0, _child(where, "popsize"), f"must be positive, got {self.popsize}")
+        _require(
+            self.generations > 0, _child(where, "generations"), f"must be positive, got {self.generations}"
+        )
+
+
+def parse_task(raw: Mapping[str, Any], source: str) -> TaskConfig:
+    """A :class:`TaskConfig` from a TOML table; ``source`` names the file in messages."""
+    return parse_into(TaskConfig, raw, f"{source}:")

@@ -1,0 +1,219 @@
+"""Policies: feed-forward and recurrent controllers with an action head fitted to the env.
+
+A policy spec (``MLP`` or ``LSTM``) knows only sizes. ``spec.build(obs_size, action_space)``
+binds it to an environment and returns a :class:`Policy`, a bundle of pure functions:
+
+* ``init(key) -> params``
+* ``initial_carry() -> carry`` (an empty tuple for feed-forward policies)
+* ``apply(params, obs, carry, key) -> (action, carry)``
+
+so the rollout has one code path for both kinds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+META_INPUTS = ("action", "reward", "done")
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "tanh": jnp.tanh,
+    "relu": jax.nn.relu,
+    "gelu": jax.nn.gelu,
+    "elu": jax.nn.elu,
+}
+
+PyTree = Any
+
+
+@dataclass(frozen=True)
+class ActionHead:
+    """How network outputs become env actions.
+
+    Continuous (Box) actions are ``tanh`` squashed into the bounds; discrete actions are
+    logits, argmax when deterministic and sampled otherwise.
+    """
+
+    discrete: bool
+    size: int  # logits for discrete, action dimension for continuous
+    shape: tuple[int, ...] = ()
+    low: Any = None
+    high: Any = None
+
+    @classmethod
+    def from_space(cls, space: Any) -> ActionHead:
+        # Duck-typed on gymnax's Discrete (``n``) and Box (``low``/``high``/``shape``), so
+        # spaces of gymnax-style envs from other packages work too.
+        if hasattr(space, "n") and not hasattr(space, "low"):
+            return cls(discrete=True, size=int(space.n))
+        if all(hasattr(space, name) for name in ("low", "high", "shape")):
+            shape = tuple(space.shape)
+            size = 1
+            for dim in shape:
+                size *= int(dim)
+            low = jnp.broadcast_to(jnp.asarray(space.low, jnp.float32), shape).reshape(-1)
+            high = jnp.broadcast_to(jnp.asarray(space.high, jnp.float32), shape).reshape(-1)
+            return cls(discrete=False, size=size, shape=shape, low=low, high=high)
+        raise TypeError(f"unsupported action space {type(space).__name__}: need Discrete or Box")
+
+    def __call__(self, outputs: jax.Array, key: jax.Array, deterministic: bool) -> jax.Array:
+        if self.discrete:
+            if deterministic:
+                return jnp.argmax(outputs, axis=-1).astype(jnp.int32)
+            return jax.random.categorical(key, outputs).astype(jnp.int32)
+        squashed = (jnp.tanh(outputs) + 1.0) * 0.5
+        return (self.low + squashed * (self.high - self.low)).reshape(self.shape)
+
+    def encode(self, action: jax.Array) -> jax.Array:
+        """Previous-action feature for meta-RL inputs: one-hot or the raw continuous value."""
+        if self.discrete:
+            return jax.nn.one_hot(action, self.size)
+        return jnp.asarray(action, jnp.float32).reshape(-1)
+
+    def zero_action(self) -> jax.Array:
+        if self.discrete:
+            return jnp.zeros((), jnp.int32)
+        return jnp.zeros(self.shape, jnp.float32)
+
+    @property
+    def feature_size(self) -> int:
+        return self.size
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A policy bound to an env: pure functions over explicit params, carry and key."""
+
+    init: Callable[[jax.Array], PyTree]
+    apply: Callable[[PyTree, jax.Array, PyTree, jax.Array], tuple[jax.Array, PyTree]]
+    initial_carry: Callable[[], PyTree]
+    head: ActionHead
+    input_size: int
+    meta_inputs: tuple[str, ...] = ()
+    recurrent: bool = False
+
+    def policy_input(
+        self,
+        obs: jax.Array,
+        prev_action: jax.Array,
+        prev_reward: jax.Array,
+        prev_done: jax.Array,
+    ) -> jax.Array:
+        """The network input: the flat observation, then the meta-RL features asked for."""
+        parts = [jnp.asarray(obs, jnp.float32).reshape(-1)]
+        for name in self.meta_inputs:
+            if name == "action":
+                parts.append(self.head.encode(prev_action))
+            elif name == "reward":
+                parts.append(jnp.asarray(prev_reward, jnp.float32).reshape(1))
+            else:
+                parts.append(jnp.asarray(prev_done, jnp.float32).reshape(1))
+        return jnp.concatenate(parts) if len(parts) > 1 else parts[0]
+
+    def num_params(self, params: PyTree) -> int:
+        return int(sum(leaf.size for leaf in jax.tree.leaves(params)))
+
+
+def _meta_feature_size(meta_inputs: Sequence[str], head: ActionHead) -> int:
+    sizes = {"action": head.feature_size, "reward": 1, "done": 1}
+    return sum(sizes[name] for name in meta_inputs)
+
+
+def _check_meta_inputs(meta_inputs: Sequence[str]) -> tuple[str, ...]:
+    unknown = [name for name in meta_inputs if name not in META_INPUTS]
+    if unknown:
+        raise ValueError(f"unknown meta input {unknown[0]!r}: choose from {', '.join(META_INPUTS)}")
+    return tuple(meta_inputs)
+
+
+class _MLPNet(nn.Module):
+    hidden: Sequence[int]
+    outputs: int
+    activation: str
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        act = ACTIVATIONS[self.activation]
+        for width in self.hidden:
+            x = act(nn.Dense(width)(x))
+        return nn.Dense(self.outputs)(x)
+
+
+class _LSTMNet(nn.Module):
+    hidden: int
+    outputs: int
+
+    @nn.compact
+    def __call__(self, carry: PyTree, x: jax.Array) -> tuple[PyTree, jax.Array]:
+        carry, h = nn.OptimizedLSTMCell(self.hidden)(carry, x)
+        return carry, nn.Dense(self.outputs)(h)
+
+
+@dataclass(frozen=True)
+class MLP:
+    """Feed-forward policy: ``hidden`` layers of ``activation``; carries nothing."""
+
+    hidden: tuple[int, ...] = (64, 64)
+    activation: str = "tanh"
+    meta_inputs: tuple[str, ...] = ()
+
+    def build(self, obs_size: int, action_space: Any, deterministic: bool = True) -> Policy:
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(
+                f"unknown activation {self.activation!r}: choose from {', '.join(ACTIVATIONS)}"
+            )
+        if any(int(w) <= 0 for w in self.hidden):
+            raise ValueError(f"hidden sizes must be positive, got {tuple(self.hidden)}")
+        meta = _check_meta_inputs(self.meta_inputs)
+        head = ActionHead.from_space(action_space)
+        input_size = obs_size + _meta_feature_size(meta, head)
+        net = _MLPNet(tuple(int(w) for w in self.hidden), head.size, self.activation)
+
+        def init(key: jax.Array) -> PyTree:
+            return net.init(key, jnp.zeros((input_size,), jnp.float32))
+
+        def apply(params, x, carry, key):
+            return head(net.apply(params, x), key, deterministic), carry
+
+        return Policy(init, apply, lambda: (), head, input_size, meta, recurrent=False)
+
+
+@dataclass(frozen=True)
+class LSTM:
+    """Recurrent policy: one LSTM cell of ``hidden`` units, then a linear action head.
+
+    ``meta_inputs`` appends the previous action, previous reward and/or done flag to the
+    observation, which is what a controller needs to identify the task it is given.
+    """
+
+    hidden: int = 32
+    meta_inputs: tuple[str, ...] = ()
+
+    def build(self, obs_size: int, action_space: Any, deterministic: bool = True) -> Policy:
+        if int(self.hidden) <= 0:
+            raise ValueError(f"hidden size must be positive, got {self.hidden}")
+        meta = _check_meta_inputs(self.meta_inputs)
+        head = ActionHead.from_space(action_space)
+        input_size = obs_size + _meta_feature_size(meta, head)
+        net = _LSTMNet(int(self.hidden), head.size)
+
+        def initial_carry() -> PyTree:
+            zeros = jnp.zeros((int(self.hidden),), jnp.float32)
+            return (zeros, zeros)
+
+        def init(key: jax.Array) -> PyTree:
+            return net.init(key, initial_carry(), jnp.zeros((input_size,), jnp.float32))
+
+        def apply(params, x, carry, key):
+            carry, outputs = net.apply(params, carry, x)
+            return head(outputs, key, deterministic), carry
+
+        return Policy(init, apply, initial_carry, head, input_size, meta, recurrent=True)
+
+
+PolicySpec = MLP | LSTM

@@ -1,0 +1,367 @@
+"""Population rollouts: one jitted call evaluates every member of a population on a gymnax env.
+
+Each episode is a ``lax.scan`` over steps. Episodes are ``vmap``-ed over env keys (and sampled
+env parameters), then over population members. At large popsizes the members are evaluated in
+cache-sized chunks (``lax.map`` with ``batch_size``): when all 2048 members advance one step
+together, every member's weights are streamed from memory at every step; a chunk keeps its
+weights in cache for the whole episode.
+
+Rollouts return summaries only (returns, valid lengths, masked observation moments), so peak
+memory does not grow with episode length; ``trajectory=True`` opts into per-step data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
+
+from esjax.policies import LSTM, MLP, Policy
+
+PyTree = Any
+EnvParamsSampler = Callable[[jax.Array, Any], Any]
+
+# Bytes of member weights a chunk may hold: about a per-core L2 cache (measured best on the
+# MLP 64-64 at 2048 members, see benchmarks/README.md).
+CHUNK_PARAM_BYTES = 1 << 19
+_POP_AXIS = "population"
+
+
+@struct.dataclass
+class ObsStats:
+    """Observation normalisation statistics applied before the policy sees an observation."""
+
+    mean: jax.Array
+    std: jax.Array
+
+
+@struct.dataclass
+class RolloutResult:
+    """Per-rollout summaries; leading axes are ``(popsize, num_rollouts)`` for ``population``.
+
+    ``obs_sum`` and ``obs_sq_sum`` are sums of the raw observations over valid steps only, so
+    normalisation statistics never see steps after termination.
+    """
+
+    returns: jax.Array
+    lengths: jax.Array
+    obs_sum: jax.Array
+    obs_sq_sum: jax.Array
+    trajectory: PyTree = None
+
+
+@struct.dataclass
+class Trajectory:
+    """Per-step data, returned only with ``trajectory=True``; ``valid`` masks post-termination steps."""
+
+    obs: jax.Array
+    action: jax.Array
+    reward: jax.Array
+    done: jax.Array
+    valid: jax.Array
+
+
+def _uses_base_step(env: Any) -> bool:
+    """True when ``env.step`` is gymnax's own, so ``step_env`` can be called directly.
+
+    gymnax's ``step`` computes a full reset at every step for auto-reset; a rollout that
+    stops at the first termination never needs it. Wrappers and foreign envs go through
+    their own ``step``.
+    """
+    from gymnax.environments.environment import Environment
+
+    return isinstance(env, Environment) and type(env).step is Environment.step
+
+
+def make_env(env: str | Any, env_kwargs: dict | None = None) -> tuple[Any, Any]:
+    """An env object and its default params from a gymnax id, or an env object as given."""
+    if isinstance(env, str):
+        import gymnax
+
+        try:
+            return gymnax.make(env, **(env_kwargs or {}))
+        except (ValueError, KeyError) as err:
+            raise ValueError(f"gymnax does not know env id {env!r}") from err
+    return env, env.default_params
+
+
+def _tree_select(keep_new: jax.Array, new: PyTree, old: PyTree) -> PyTree:
+    return jax.tree.map(lambda a, b: jnp.where(keep_new, a, b), new, old)
+
+
+class PopulationRollout:
+    """Evaluate a policy, a batch of rollouts, or a whole population on a gymnax env.
+
+    Args:
+        env: a gymnax env id (``"Pendulum-v1"``) or any gymnax-style env object.
+        policy: a policy spec (``esjax.policies.MLP`` / ``LSTM``) or a built :class:`Policy`.
+        episode_length: steps per episode (default: the env's ``max_steps_in_episode``).
+        env_params: fixed env params (default: the env's defaults).
+        env_params_sampler: ``(key, default_params) -> params`` drawn once per rollout; this is
+            how task variants (masses, lengths, bandit probabilities) enter.
+        common_env_keys: every member sees the same env keys (common random numbers), so
+            antithetic pairs are compared on the same starts. ``False`` gives each member its own.
+        deterministic: greedy actions for discrete heads (sampled otherwise).
+        chunk_size: members evaluated together; ``None`` picks a cache-sized chunk.
+        devices: devices to shard the population over (default: all local devices). A CPU host
+            shows one device per core after :func:`esjax.use_cpu_cores`.
+    """
+
+    def __init__(
+        self,
+        env: str | Any,
+        policy: MLP | LSTM | Policy,
+        episode_length: int | None = None,
+        *,
+        env_params: Any = None,
+        env_kwargs: dict | None = None,
+        env_params_sampler: EnvParamsSampler | None = None,
+        common_env_keys: bool = True,
+        deterministic: bool = True,
+        chunk_size: int | None = None,
+        devices: list | None = None,
+    ):
+        self.env, default_params = make_env(env, env_kwargs)
+        self.env_params = default_params if env_params is None else env_params
+        self.env_params_sampler = env_params_sampler
+        self.common_env_keys = common_env_keys
+        self.deterministic = deterministic
+        self.chunk_size = chunk_size
+        self.devices = list(devices) if devices is not None else jax.local_devices()
+        if episode_length is None:
+            episode_length = int(self.env_params.max_steps_in_episode)
+        if int(episode_length) <= 0:
+            raise ValueError(f"episode_length must be positive, got {episode_length}")
+        self.episode_length = int(episode_length)
+
+        obs, _ = self.env.reset(jax.random.key(0), self.env_params)
+        self.obs_shape = tuple(jnp.shape(obs))
+        self.obs_size = int(jnp.size(obs))
+        action_space = self.env.action_space(self.env_params)
+        if isinstance(policy, Policy):
+            self.policy = policy
+        else:
+            self.policy = policy.build(self.obs_size, action_space, deterministic)
+        self._fast_step = _uses_base_step(self.env)
+
+        self._single = jax.jit(self._single_impl, static_argnames=("trajectory",))
+        self._batch = jax.jit(self._batch_impl, static_argnames=("num_rollouts", "trajectory"))
+        self._population = jax.jit(
+            self._population_impl, static_argnames=("num_rollouts", "trajectory")
+        )
+
+    # ------------------------------------------------------------------ public API
+    def init_params(self, key: jax.Array) -> PyTree:
+        """One member's parameter pytree."""
+        return self.policy.init(key)
+
+    def single(
+        self,
+        key: jax.Array,
+        params: PyTree,
+        obs_stats: ObsStats | None = None,
+        trajectory: bool = False,
+    ) -> RolloutResult:
+        """One episode of one member; scalar summaries."""
+        return self._single(key, params, self._stats(obs_stats), trajectory=trajectory)
+
+    def batch(
+        self,
+        key: jax.Array,
+        params: PyTree,
+        num_rollouts: int,
+        obs_stats: ObsStats | None = None,
+        trajectory: bool = False,
+    ) -> RolloutResult:
+        """``num_rollouts`` episodes of one member; summaries of shape ``(num_rollouts,)``."""
+        _check_positive("num_rollouts", num_rollouts)
+        return self._batch(
+            key, params, self._stats(obs_stats), num_rollouts=num_rollouts, trajectory=trajectory
+        )
+
+    def population(
+        self,
+        key: jax.Array,
+        pop_params: PyTree,
+        num_rollouts: int = 1,
+        obs_stats: ObsStats | None = None,
+        trajectory: bool = False,
+    ) -> RolloutResult:
+        """Every member (leading axis of ``pop_params``) for ``num_rollouts`` episodes each."""
+        _check_positive("num_rollouts", num_rollouts)
+        return self._population(
+            key,
+            pop_params,
+            self._stats(obs_stats),
+            num_rollouts=num_rollouts,
+            trajectory=trajectory,
+        )
+
+    def rollout_keys(self, key: jax.Array, popsize: int, num_rollouts: int) -> jax.Array:
+        """The per-rollout keys ``population`` uses: shared across members or one per member."""
+        if self.common_env_keys:
+            return jax.random.split(key, num_rollouts)
+        return jax.random.split(key, (popsize, num_rollouts))
+
+    def sample_env_params(self, key: jax.Array) -> Any:
+        """The env params a rollout with this key runs on."""
+        if self.env_params_sampler is None:
+            return self.env_params
+        return self.env_params_sampler(key, self.env_params)
+
+    def auto_chunk_size(self, popsize: int, params: PyTree) -> int:
+        """Members per chunk so that a chunk's weights fit in cache; whole population if small."""
+        if self.chunk_size is not None:
+            return max(1, min(int(self.chunk_size), popsize))
+        leaves = jax.tree.leaves(params)
+        member_bytes = sum(leaf[0].size * leaf.dtype.itemsize for leaf in leaves) or 1
+        chunk = max(16, CHUNK_PARAM_BYTES // member_bytes)
+        return int(min(popsize, chunk))
+
+    # ------------------------------------------------------------------ implementation
+    def _stats(self, obs_stats: ObsStats | None) -> ObsStats:
+        if obs_stats is None:
+            return ObsStats(jnp.zeros(self.obs_size), jnp.ones(self.obs_size))
+        return obs_stats
+
+    def _env_step(self, key, state, action, env_params):
+        if self._fast_step:
+            obs, state, reward, terminated, _ = self.env.step_env(key, state, action, env_params)
+            truncated = self.env.is_truncated(state, env_params)
+        else:
+            obs, state, reward, terminated, truncated, _ = self.env.step(
+                key, state, action, env_params
+            )
+        return obs, state, reward, jnp.logical_or(terminated, truncated)
+
+    def _single_impl(self, key, params, obs_stats, trajectory=False):
+        policy = self.policy
+        k_params, k_reset, k_episode = jax.random.split(key, 3)
+        env_params = self.sample_env_params(k_params)
+        obs, env_state = self.env.reset(k_reset, env_params)
+        obs = jnp.asarray(obs, jnp.float32).reshape(-1)
+        zero = jnp.zeros((), jnp.float32)
+
+        def step(carry, step_key):
+            (obs, env_state, pcarry, prev_action, prev_reward, prev_done, alive, ret, length,
+             obs_sum, obs_sq_sum) = carry  # fmt: skip
+            k_act, k_env = jax.random.split(step_key)
+            normed = (obs - obs_stats.mean) / obs_stats.std
+            x = policy.policy_input(normed, prev_action, prev_reward, prev_done)
+            action, new_pcarry = policy.apply(params, x, pcarry, k_act)
+            next_obs, next_state, reward, done = self._env_step(k_env, env_state, action, env_params)
+            next_obs = jnp.asarray(next_obs, jnp.float32).reshape(-1)
+            reward = jnp.asarray(reward, jnp.float32).reshape(())
+            # Masking: only steps taken while alive count. `where`, not a product, so a NaN
+            # reward after termination cannot leak into the return.
+            ret = ret + jnp.where(alive, reward, 0.0)
+            length = length + alive.astype(jnp.int32)
+            obs_sum = obs_sum + jnp.where(alive, obs, 0.0)
+            obs_sq_sum = obs_sq_sum + jnp.where(alive, obs * obs, 0.0)
+            ended = jnp.logical_and(alive, done)
+            # After termination the env is frozen and the recurrent state reset, so nothing
+            # computed past the boundary depends on the finished episode.
+            keep = jnp.logical_and(alive, ~done)
+            next_state = _tree_select(keep, next_state, env_state)
+            next_obs = jnp.where(keep, next_obs, obs)
+            new_pcarry = _tree_select(keep, new_pcarry, policy.initial_carry())
+            new_carry = (next_obs, next_state, new_pcarry, action, reward,
+                         done.astype(jnp.float32), keep, ret, length, obs_sum, obs_sq_sum)  # fmt: skip
+            out = Trajectory(obs, action, reward, ended | ~alive, alive) if trajectory else None
+            return new_carry, out
+
+        init = (obs, env_state, policy.initial_carry(), policy.head.zero_action(), zero, zero,
+                jnp.array(True), zero, jnp.zeros((), jnp.int32), jnp.zeros_like(obs),
+                jnp.zeros_like(obs))  # fmt: skip
+        step_keys = jax.random.split(k_episode, self.episode_length)
+        final, traj = jax.lax.scan(step, init, step_keys)
+        ret, length, obs_sum, obs_sq_sum = final[7:]
+        return RolloutResult(ret, length, obs_sum, obs_sq_sum, traj)
+
+    def _batch_impl(self, key, params, obs_stats, num_rollouts, trajectory=False):
+        keys = jax.random.split(key, num_rollouts)
+        return self._over_keys(keys, params, obs_stats, trajectory)
+
+    def _over_keys(self, keys, params, obs_stats, trajectory):
+        return jax.vmap(self._single_impl, in_axes=(0, None, None, None))(
+            keys, params, obs_stats, trajectory
+        )
+
+    def _population_impl(self, key, pop_params, obs_stats, num_rollouts, trajectory=False):
+        popsize = jax.tree.leaves(pop_params)[0].shape[0]
+        keys = self.rollout_keys(key, popsize, num_rollouts)
+        num_devices = len(self.devices)
+        if num_devices == 1 or popsize < num_devices:
+            return self._population_local(keys, pop_params, obs_stats, trajectory)
+
+        # One shard of the population per device; on a CPU host each device is a core. A popsize
+        # that does not divide the device count is padded with copies of the last member, and
+        # the padding is cut off before anything is returned.
+        pad = (-popsize) % num_devices
+        pop_params = _pad_leading(pop_params, pad)
+        key_spec = P() if self.common_env_keys else P(_POP_AXIS)
+        if not self.common_env_keys:
+            keys = _pad_leading(keys, pad)
+        mesh = Mesh(np.array(self.devices), (_POP_AXIS,))
+        sharded = jax.shard_map(
+            lambda k, p, s: self._population_local(k, p, s, trajectory),
+            mesh=mesh,
+            in_specs=(key_spec, P(_POP_AXIS), P()),
+            out_specs=P(_POP_AXIS),
+            check_vma=False,
+        )
+        result = sharded(keys, pop_params, obs_stats)
+        return jax.tree.map(lambda x: x[:popsize], result) if pad else result
+
+    def _population_local(self, keys, pop_params, obs_stats, trajectory):
+        popsize = jax.tree.leaves(pop_params)[0].shape[0]
+        chunk = self.auto_chunk_size(popsize, pop_params)
+
+        if self.common_env_keys:
+
+            def member(params):
+                return self._over_keys(keys, params, obs_stats, trajectory)
+
+            xs = pop_params
+        else:
+
+            def member(args):
+                params, member_keys = args
+                return self._over_keys(member_keys, params, obs_stats, trajectory)
+
+            xs = (pop_params, keys)
+
+        if chunk >= popsize:
+            return jax.vmap(member)(xs)
+        return jax.lax.map(member, xs, batch_size=chunk)
+
+
+def _pad_leading(tree: PyTree, pad: int) -> PyTree:
+    if pad == 0:
+        return tree
+    return jax.tree.map(
+        lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)], axis=0), tree
+    )
+
+
+def _check_positive(name: str, value: int) -> None:
+    if int(value) <= 0:
+        raise ValueError(f"{name} must be positive, got {value}")
+
+
+def obs_moments(result: RolloutResult) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Count, mean and variance of the valid observations in a result, over all its rollouts."""
+    count = jnp.sum(result.lengths).astype(jnp.float32)
+    axes = tuple(range(result.obs_sum.ndim - 1))
+    total = jnp.sum(result.obs_sum, axis=axes)
+    total_sq = jnp.sum(result.obs_sq_sum, axis=axes)
+    safe = jnp.maximum(count, 1.0)
+    mean = total / safe
+    var = jnp.maximum(total_sq / safe - mean * mean, 0.0)
+    return count, mean, var

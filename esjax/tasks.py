@@ -1,0 +1,109 @@
+"""Tasks: a validated :class:`TaskConfig` becomes an env, its params, a variant sampler and a policy.
+
+Variants enter through ``EnvParams``: every sampled parameter is a field of the env's params
+(``m``, ``l`` for Pendulum, ``link_length_1`` for Acrobot), so a new variant needs a preset,
+not code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from esjax.config import ConfigError, ParamDistribution, PolicyConfig, TaskConfig, suggest
+from esjax.policies import LSTM, MLP
+
+EnvParamsSampler = Callable[[jax.Array, Any], Any]
+
+
+def policy_spec(config: PolicyConfig) -> MLP | LSTM:
+    if config.kind == "lstm":
+        return LSTM(hidden=config.hidden[0], meta_inputs=config.meta_inputs)
+    return MLP(hidden=config.hidden, activation=config.activation, meta_inputs=config.meta_inputs)
+
+
+def _draw(dist: ParamDistribution, key: jax.Array) -> jax.Array:
+    if dist.dist == "uniform":
+        return jax.random.uniform(key, minval=dist.low, maxval=dist.high)
+    if dist.dist == "log_uniform":
+        return jnp.exp(jax.random.uniform(key, minval=jnp.log(dist.low), maxval=jnp.log(dist.high)))
+    if dist.dist == "choice":
+        return jax.random.choice(key, jnp.asarray(dist.values, jnp.float32))
+    k_mag, k_sign = jax.random.split(key)
+    magnitude = jnp.exp(
+        jax.random.uniform(k_mag, minval=jnp.log(dist.low), maxval=jnp.log(dist.high))
+    )
+    return jnp.where(jax.random.bernoulli(k_sign), magnitude, -magnitude)
+
+
+def check_param_names(names: list[str], env_params: Any, where: str) -> None:
+    """Every name must be a field of the env's params; otherwise a one-line error."""
+    valid = [n for n in vars(env_params) if not n.startswith("_")]
+    for name in names:
+        if name not in valid:
+            raise ConfigError(
+                f"{where}: {name!r} is not a parameter of this env{suggest(name, valid)}; "
+                f"valid: {', '.join(valid)}"
+            )
+
+
+def make_sampler(distributions: Mapping[str, ParamDistribution]) -> EnvParamsSampler | None:
+    """``(key, default_params) -> params`` with each named field drawn from its distribution."""
+    if not distributions:
+        return None
+    items = sorted(distributions.items())
+
+    def sample(key: jax.Array, default_params: Any) -> Any:
+        keys = jax.random.split(key, len(items))
+        values = {}
+        for k, (name, dist) in zip(keys, items, strict=True):
+            current = getattr(default_params, name)
+            values[name] = _draw(dist, k).astype(jnp.result_type(current))
+        return default_params.replace(**values)
+
+    return sample
+
+
+def fixed_env_params(config: TaskConfig, default_params: Any, source: str = "task") -> Any:
+    """The env's default params with the preset's fixed overrides applied."""
+    check_param_names(list(config.env_params), default_params, f"{source}: env_params")
+    return default_params.replace(**config.env_params) if config.env_params else default_params
+
+
+def split_sampler(config: TaskConfig, split: str | None) -> EnvParamsSampler | None:
+    """The sampler for a named split (``None`` or ``"train"``: the training distribution)."""
+    if split in (None, "train"):
+        return make_sampler(config.env_sampler)
+    if split not in config.splits:
+        valid = ["train", *config.splits]
+        raise ConfigError(f"unknown split {split!r}{suggest(split, valid)}; valid: {', '.join(valid)}")
+    return make_sampler(config.splits[split])
+
+
+def make_rollout(
+    config: TaskConfig,
+    *,
+    split: str | None = None,
+    deterministic: bool = True,
+    source: str = "task",
+    **kwargs: Any,
+):
+    """A :class:`~esjax.rollout.PopulationRollout` for the task (and split) a preset describes."""
+    from esjax.rollout import PopulationRollout, make_env
+
+    env, default_params = make_env(config.env)
+    env_params = fixed_env_params(config, default_params, source)
+    for split_name, dists in [("env_sampler", config.env_sampler), *config.splits.items()]:
+        check_param_names(list(dists), env_params, f"{source}: {split_name}")
+    return PopulationRollout(
+        env,
+        policy_spec(config.policy),
+        config.episode_length,
+        env_params=env_params,
+        env_params_sampler=split_sampler(config, split),
+        deterministic=deterministic,
+        **kwargs,
+    )
