@@ -5,24 +5,28 @@ This module finds and lists files; what their fields mean is :mod:`esjax.config`
 
 from __future__ import annotations
 
-import importlib.resources
 from pathlib import Path
 from typing import Any
 
 from esjax.config import ConfigError, load_toml, suggest
 
-KINDS = {"task": "esjax.tasks", "strategy": "esjax.strategies"}
+FOLDERS = {"task": "tasks", "strategy": "strategies"}
+_HERE = Path(__file__).resolve().parent
 
 
-def _package_dir(kind: str):
-    return importlib.resources.files(KINDS[kind])
+def preset_dir(kind: str) -> Path:
+    """The folder of a kind's presets: inside the installed wheel, else the source checkout."""
+    for candidate in (_HERE / "presets_data" / FOLDERS[kind], _HERE.parent / FOLDERS[kind]):
+        if candidate.is_dir():
+            return candidate
+    raise ConfigError(f"no {kind} presets found next to {_HERE}; reinstall esjax")
 
 
 def names(kind: str) -> list[str]:
     """Sorted preset names of a kind (``"task"`` or ``"strategy"``)."""
     return sorted(
         entry.name[: -len(".toml")]
-        for entry in _package_dir(kind).iterdir()
+        for entry in preset_dir(kind).iterdir()
         if entry.name.endswith(".toml")
     )
 
@@ -40,9 +44,8 @@ def locate(kind: str, name_or_path: str) -> tuple[str, dict[str, Any], str]:
             f"unknown {kind} {name_or_path!r}{suggest(name_or_path, valid)}; "
             f"valid {kind} names: {', '.join(valid)}"
         )
-    resource = _package_dir(kind) / f"{name_or_path}.toml"
-    with importlib.resources.as_file(resource) as path:
-        return name_or_path, load_toml(path), f"{kind}s/{name_or_path}.toml"
+    path = preset_dir(kind) / f"{name_or_path}.toml"
+    return name_or_path, load_toml(path), f"{FOLDERS[kind]}/{name_or_path}.toml"
 
 
 def describe(kind: str) -> list[tuple[str, str]]:
