@@ -3,9 +3,10 @@
 All evaluate the same work in this one process: Pendulum-v1, an MLP 3-64-64-1 (tanh,
 tanh-squashed torque), 200-step episodes, one population of parameters. esjax runs
 twice: sharded over one CPU device per core (its default under ``esjax.use_cpu_cores()``) and
-pinned to a single device, which isolates the effect of chunking from the use of both cores. Prints env steps/s
-(median of repeats, compile excluded), the ratio of esjax to each peer, and the memory XLA
-plans for each compiled call (arguments + outputs + temporaries), at 200 and 1,000 steps.
+pinned to a single device, which isolates the effect of chunking from the use of both
+cores. Prints env steps/s (median of repeats, compile excluded), the ratio of esjax to
+each peer, and the memory XLA plans for each compiled call (arguments + outputs +
+temporaries), at 200 and 1,000 steps.
 
     python benchmarks/rollout.py                    # popsize 2048, 1 and 8 rollouts
     python benchmarks/rollout.py --popsize 256 --rollouts 1 --repeats 3
@@ -45,9 +46,7 @@ def planned_bytes(jitted, *args) -> int:
     stats = jitted.lower(*args).compile().memory_analysis()
     if stats is None:
         return -1
-    return int(
-        stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
-    )
+    return int(stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes)
 
 
 def time_call(fn, args, repeats: int) -> float:

@@ -143,8 +143,8 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
 def parse_into(cls: type, data: Mapping[str, Any], where: str) -> Any:
     """Build dataclass ``cls`` from ``data``, rejecting unknown keys and wrong types.
 
-    ``where`` prefixes every message: ``"FILE:"`` at the top, ``"FILE: policy"`` below it. After construction
-    the dataclass's ``validate()`` (if any) checks values against each other.
+    ``where`` prefixes every message: ``"FILE:"`` at the top, ``"FILE: policy"`` below it.
+    After construction the dataclass's ``validate()`` (if any) checks values against each other.
     """
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
@@ -232,19 +232,29 @@ class ParamDistribution:
         if self.dist == "choice":
             _require(len(self.values) > 0, _child(where, "values"), "choice needs a non-empty list")
         else:
-            _require(self.low <= self.high, where, f"low ({self.low}) must be <= high ({self.high})")
+            _require(
+                self.low <= self.high, where, f"low ({self.low}) must be <= high ({self.high})"
+            )
         if self.dist in ("log_uniform", "random_sign"):
-            _require(self.low > 0, _child(where, "low"), f"{self.dist} needs low > 0, got {self.low}")
+            _require(
+                self.low > 0, _child(where, "low"), f"{self.dist} needs low > 0, got {self.low}"
+            )
 
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    """Network shape; for ``lstm`` the single entry of ``hidden`` is the cell size."""
+    """Network shape and inputs; for ``lstm`` the single entry of ``hidden`` is the cell size.
+
+    ``param_inputs`` names env parameters appended to the observation (an oracle baseline);
+    ``frame_stack`` feeds the last k observations (a memory without recurrence).
+    """
 
     kind: str = "mlp"
     hidden: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
     meta_inputs: tuple[str, ...] = ()
+    param_inputs: tuple[str, ...] = ()
+    frame_stack: int = 1
 
     def validate(self, where: str) -> None:
         _require(
@@ -256,7 +266,14 @@ class PolicyConfig:
         _require(len(self.hidden) > 0, _child(where, "hidden"), "needs at least one size")
         _require(all(h > 0 for h in self.hidden), _child(where, "hidden"), "sizes must be positive")
         if self.kind == "lstm":
-            _require(len(self.hidden) == 1, _child(where, "hidden"), "an lstm takes one size, e.g. [32]")
+            _require(
+                len(self.hidden) == 1, _child(where, "hidden"), "an lstm takes one size, e.g. [32]"
+            )
+        _require(
+            self.frame_stack > 0,
+            _child(where, "frame_stack"),
+            f"must be positive, got {self.frame_stack}",
+        )
 
 
 @dataclass(frozen=True)
@@ -268,7 +285,9 @@ class EvalConfig:
 
     def validate(self, where: str) -> None:
         _require(self.every > 0, _child(where, "every"), f"must be positive, got {self.every}")
-        _require(self.episodes > 0, _child(where, "episodes"), f"must be positive, got {self.episodes}")
+        _require(
+            self.episodes > 0, _child(where, "episodes"), f"must be positive, got {self.episodes}"
+        )
 
 
 @dataclass(frozen=True)
@@ -289,6 +308,8 @@ class TaskConfig:
     strategy: str = "open_es"
     strategy_settings: dict[str, Any] = field(default_factory=dict)
     evaluation: EvalConfig = field(default_factory=EvalConfig)
+    # Test return at which the task counts as solved (reported at the end of a run, drawn in plots).
+    solved_return: float | None = None
 
     def validate(self, where: str) -> None:
         if self.episode_length is not None:
@@ -297,11 +318,17 @@ class TaskConfig:
                 _child(where, "episode_length"),
                 f"must be positive, got {self.episode_length}",
             )
-        _require(self.rollouts > 0, _child(where, "rollouts"), f"must be positive, got {self.rollouts}")
-        if self.popsize is not None:
-            _require(self.popsize > 0, _child(where, "popsize"), f"must be positive, got {self.popsize}")
         _require(
-            self.generations > 0, _child(where, "generations"), f"must be positive, got {self.generations}"
+            self.rollouts > 0, _child(where, "rollouts"), f"must be positive, got {self.rollouts}"
+        )
+        if self.popsize is not None:
+            _require(
+                self.popsize > 0, _child(where, "popsize"), f"must be positive, got {self.popsize}"
+            )
+        _require(
+            self.generations > 0,
+            _child(where, "generations"),
+            f"must be positive, got {self.generations}",
         )
 
 

@@ -12,6 +12,7 @@ so the rollout has one code path for both kinds.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -217,3 +218,15 @@ class LSTM:
 
 
 PolicySpec = MLP | LSTM
+
+
+def memory_lesion(policy: Policy) -> Policy:
+    """The same policy with its recurrent state reset before every step.
+
+    Evaluating a trained LSTM this way measures how much of its score comes from memory.
+    """
+
+    def apply(params, x, carry, key):
+        return policy.apply(params, x, policy.initial_carry(), key)
+
+    return dataclasses.replace(policy, apply=apply)

@@ -58,7 +58,7 @@ class RolloutResult:
 
 @struct.dataclass
 class Trajectory:
-    """Per-step data, returned only with ``trajectory=True``; ``valid`` masks post-termination steps."""
+    """Per-step data, only with ``trajectory=True``; ``valid`` masks post-termination steps."""
 
     obs: jax.Array
     action: jax.Array
@@ -111,6 +111,10 @@ class PopulationRollout:
         chunk_size: members evaluated together; ``None`` picks a cache-sized chunk.
         devices: devices to shard the population over (default: all local devices). A CPU host
             shows one device per core after :func:`esjax.use_cpu_cores`.
+        param_inputs: env parameter names whose values are appended to every observation the
+            policy sees (an oracle that knows the variant it is given).
+        frame_stack: the policy sees the last ``frame_stack`` observations (zeros before the
+            first), a memory that needs no recurrence.
     """
 
     def __init__(
@@ -126,6 +130,8 @@ class PopulationRollout:
         deterministic: bool = True,
         chunk_size: int | None = None,
         devices: list | None = None,
+        param_inputs: tuple[str, ...] = (),
+        frame_stack: int = 1,
     ):
         self.env, default_params = make_env(env, env_kwargs)
         self.env_params = default_params if env_params is None else env_params
@@ -143,11 +149,23 @@ class PopulationRollout:
         obs, _ = self.env.reset(jax.random.key(0), self.env_params)
         self.obs_shape = tuple(jnp.shape(obs))
         self.obs_size = int(jnp.size(obs))
+        valid_params = [n for n in vars(self.env_params) if not n.startswith("_")]
+        for name in param_inputs:
+            if name not in valid_params:
+                raise ValueError(
+                    f"param input {name!r} is not an env parameter; "
+                    f"valid: {', '.join(valid_params)}"
+                )
+        if int(frame_stack) <= 0:
+            raise ValueError(f"frame_stack must be positive, got {frame_stack}")
+        self.param_inputs = tuple(param_inputs)
+        self.frame_stack = int(frame_stack)
+        features = self.obs_size * self.frame_stack + len(self.param_inputs)
         action_space = self.env.action_space(self.env_params)
         if isinstance(policy, Policy):
             self.policy = policy
         else:
-            self.policy = policy.build(self.obs_size, action_space, deterministic)
+            self.policy = policy.build(features, action_space, deterministic)
         self._fast_step = _uses_base_step(self.env)
 
         self._single = jax.jit(self._single_impl, static_argnames=("trajectory",))
@@ -247,15 +265,24 @@ class PopulationRollout:
         obs, env_state = self.env.reset(k_reset, env_params)
         obs = jnp.asarray(obs, jnp.float32).reshape(-1)
         zero = jnp.zeros((), jnp.float32)
+        known_params = jnp.asarray(
+            [getattr(env_params, name) for name in self.param_inputs], jnp.float32
+        ).reshape(-1)
+        stack_size = self.obs_size * (self.frame_stack - 1)
 
         def step(carry, step_key):
             (obs, env_state, pcarry, prev_action, prev_reward, prev_done, alive, ret, length,
-             obs_sum, obs_sq_sum) = carry  # fmt: skip
+             obs_sum, obs_sq_sum, frames) = carry  # fmt: skip
             k_act, k_env = jax.random.split(step_key)
             normed = (obs - obs_stats.mean) / obs_stats.std
-            x = policy.policy_input(normed, prev_action, prev_reward, prev_done)
+            # Oldest frame first; the newest (this step's) observation is always last.
+            features = jnp.concatenate([frames, normed, known_params])
+            frames = jnp.concatenate([frames, normed])[self.obs_size :]
+            x = policy.policy_input(features, prev_action, prev_reward, prev_done)
             action, new_pcarry = policy.apply(params, x, pcarry, k_act)
-            next_obs, next_state, reward, done = self._env_step(k_env, env_state, action, env_params)
+            next_obs, next_state, reward, done = self._env_step(
+                k_env, env_state, action, env_params
+            )
             next_obs = jnp.asarray(next_obs, jnp.float32).reshape(-1)
             reward = jnp.asarray(reward, jnp.float32).reshape(())
             # Masking: only steps taken while alive count. `where`, not a product, so a NaN
@@ -272,16 +299,17 @@ class PopulationRollout:
             next_obs = jnp.where(keep, next_obs, obs)
             new_pcarry = _tree_select(keep, new_pcarry, policy.initial_carry())
             new_carry = (next_obs, next_state, new_pcarry, action, reward,
-                         done.astype(jnp.float32), keep, ret, length, obs_sum, obs_sq_sum)  # fmt: skip
+                         done.astype(jnp.float32), keep, ret, length, obs_sum, obs_sq_sum,
+                         frames)  # fmt: skip
             out = Trajectory(obs, action, reward, ended | ~alive, alive) if trajectory else None
             return new_carry, out
 
         init = (obs, env_state, policy.initial_carry(), policy.head.zero_action(), zero, zero,
                 jnp.array(True), zero, jnp.zeros((), jnp.int32), jnp.zeros_like(obs),
-                jnp.zeros_like(obs))  # fmt: skip
+                jnp.zeros_like(obs), jnp.zeros((stack_size,), jnp.float32))  # fmt: skip
         step_keys = jax.random.split(k_episode, self.episode_length)
         final, traj = jax.lax.scan(step, init, step_keys)
-        ret, length, obs_sum, obs_sq_sum = final[7:]
+        ret, length, obs_sum, obs_sq_sum = final[7:11]
         return RolloutResult(ret, length, obs_sum, obs_sq_sum, traj)
 
     def _batch_impl(self, key, params, obs_stats, num_rollouts, trajectory=False):

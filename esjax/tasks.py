@@ -1,4 +1,4 @@
-"""Tasks: a validated :class:`TaskConfig` becomes an env, its params, a variant sampler and a policy.
+"""Tasks: a validated :class:`TaskConfig` becomes an env, its params, a sampler and a policy.
 
 Variants enter through ``EnvParams``: every sampled parameter is a field of the env's params
 (``m``, ``l`` for Pendulum, ``link_length_1`` for Acrobot), so a new variant needs a preset,
@@ -79,7 +79,9 @@ def split_sampler(config: TaskConfig, split: str | None) -> EnvParamsSampler | N
         return make_sampler(config.env_sampler)
     if split not in config.splits:
         valid = ["train", *config.splits]
-        raise ConfigError(f"unknown split {split!r}{suggest(split, valid)}; valid: {', '.join(valid)}")
+        raise ConfigError(
+            f"unknown split {split!r}{suggest(split, valid)}; valid: {', '.join(valid)}"
+        )
     return make_sampler(config.splits[split])
 
 
@@ -98,6 +100,9 @@ def make_rollout(
     env_params = fixed_env_params(config, default_params, source)
     for split_name, dists in [("env_sampler", config.env_sampler), *config.splits.items()]:
         check_param_names(list(dists), env_params, f"{source}: {split_name}")
+    check_param_names(
+        list(config.policy.param_inputs), env_params, f"{source}: policy.param_inputs"
+    )
     return PopulationRollout(
         env,
         policy_spec(config.policy),
@@ -105,5 +110,7 @@ def make_rollout(
         env_params=env_params,
         env_params_sampler=split_sampler(config, split),
         deterministic=deterministic,
+        param_inputs=config.policy.param_inputs,
+        frame_stack=config.policy.frame_stack,
         **kwargs,
     )
