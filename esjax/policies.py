@@ -77,8 +77,10 @@ class ActionHead:
         return jnp.asarray(action, jnp.float32).reshape(-1)
 
     def zero_action(self) -> jax.Array:
+        """The "previous action" before the first step: -1 one-hot encodes to all zeros, so
+        it cannot be mistaken for having taken action 0."""
         if self.discrete:
-            return jnp.zeros((), jnp.int32)
+            return jnp.full((), -1, jnp.int32)
         return jnp.zeros(self.shape, jnp.float32)
 
     @property

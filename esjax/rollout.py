@@ -250,7 +250,12 @@ class PopulationRollout:
 
     def _env_step(self, key, state, action, env_params):
         if self._fast_step:
-            obs, state, reward, terminated, _ = self.env.step_env(key, state, action, env_params)
+            # The key gymnax's own step would hand to step_env, so stochastic envs see the
+            # same noise as in a plain loop over env.step.
+            key_step, _ = jax.random.split(key)
+            obs, state, reward, terminated, _ = self.env.step_env(
+                key_step, state, action, env_params
+            )
             truncated = self.env.is_truncated(state, env_params)
         else:
             obs, state, reward, terminated, truncated, _ = self.env.step(
