@@ -2,12 +2,20 @@
 
 from esjax import policies
 from esjax.distributed import use_cpu_cores
+from esjax.evolve import Interrupted, RunSummary, evaluate_run, evolve
 from esjax.rollout import ObsStats, PopulationRollout, RolloutResult, obs_moments
+from esjax.runs import load_metrics, load_policy
 
 __all__ = [
+    "Interrupted",
     "ObsStats",
     "PopulationRollout",
     "RolloutResult",
+    "RunSummary",
+    "evaluate_run",
+    "evolve",
+    "load_metrics",
+    "load_policy",
     "obs_moments",
     "policies",
     "use_cpu_cores",

@@ -22,6 +22,7 @@ from flax import struct
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
+from esjax.config import ConfigError, suggest
 from esjax.policies import LSTM, MLP, Policy
 
 PyTree = Any
@@ -84,10 +85,11 @@ def make_env(env: str | Any, env_kwargs: dict | None = None) -> tuple[Any, Any]:
     if isinstance(env, str):
         import gymnax
 
-        try:
-            return gymnax.make(env, **(env_kwargs or {}))
-        except (ValueError, KeyError) as err:
-            raise ValueError(f"gymnax does not know env id {env!r}") from err
+        if env not in gymnax.registered_envs:
+            raise ConfigError(
+                f"gymnax does not know env id {env!r}{suggest(env, gymnax.registered_envs)}"
+            )
+        return gymnax.make(env, **(env_kwargs or {}))
     return env, env.default_params
 
 

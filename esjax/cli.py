@@ -1,0 +1,550 @@
+"""The ``esjax`` command line: a thin typer app over :mod:`esjax.evolve`, plotting and rendering.
+
+Everything a test needs without the CLI lives in the library; this module parses arguments,
+reports progress and turns errors into messages and exit codes: a config problem is one red
+line on stderr and exit code 2 (no traceback), Ctrl-C is exit code 130 after a checkpoint.
+JAX-heavy modules are imported inside the commands so that ``--help`` and ``list`` are quick.
+"""
+
+import functools
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from esjax.config import ConfigError
+
+_STARTED = time.perf_counter()
+EXIT_CONFIG = 2
+EXIT_INTERRUPTED = 130
+
+
+def _example(*lines: str) -> str:
+    """A help epilog (markdown) listing example command lines."""
+    return "**Examples**\n\n```\n" + "\n".join(lines) + "\n```"
+
+
+app = typer.Typer(
+    name="esjax",
+    help=(
+        "Evolution strategies for neural controllers on JAX: evolve a policy, test it, plot its "
+        "fitness curves and watch it. `esjax COMMAND --help` shows each command's options."
+    ),
+    epilog=_example(
+        "esjax list",
+        "esjax evolve pendulum --popsize 2048 --out runs/pendulum",
+        "esjax eval runs/pendulum --json",
+        "esjax plot runs/pendulum",
+        "esjax render runs/pendulum",
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="markdown",
+    pretty_exceptions_show_locals=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+console = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+class XAxis(StrEnum):
+    generations = "generations"
+    env_steps = "env_steps"
+    wall_s = "wall_s"
+
+
+class Which(StrEnum):
+    final = "final"
+    best = "best"
+
+
+def print_error(message: str) -> None:
+    """One red line on stderr, never wrapped."""
+    err.print(Text(f"error: {message}", style="bold red"), soft_wrap=True)
+
+
+def handles_errors(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Config errors become one line and exit code 2; Ctrl-C becomes exit code 130."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except ConfigError as error:
+            print_error(str(error))
+            raise typer.Exit(EXIT_CONFIG) from None
+        except KeyboardInterrupt:
+            err.print(Text("interrupted", style="yellow"))
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+
+    return wrapper
+
+
+def _run_dir(path: Path) -> Path:
+    if not path.is_dir():
+        raise ConfigError(f"{path}: no such run directory")
+    if not (path / "config.json").is_file():
+        raise ConfigError(f"{path}: not a run directory (no config.json)")
+    return path
+
+
+def _number(value: Any, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def _count(value: float) -> str:
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:.1f}{unit}"
+    return f"{value:.0f}"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    seconds = round(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+# ---------------------------------------------------------------------------- progress
+class ProgressReport:
+    """The ``on_progress`` callback: a live bar on a terminal, a line every few seconds in logs."""
+
+    def __init__(self, console: Console, label: str, seeds: int = 1, log_every_s: float = 5.0):
+        self.console = console
+        self.label = label
+        self.seeds = seeds  # on_progress gets one row per seed; they are shown averaged
+        self.log_every_s = log_every_s
+        self.first_report_s: float | None = None  # process start -> first generation block
+        self.last_eval: float | None = None
+        self._prev: tuple[int, float, float] | None = None  # (generation, env_steps, wall_s)
+        self._rows: list[dict[str, Any]] = []  # this generation's rows, one per seed
+        self._last_log = -math.inf
+        self._progress = None
+        self._task = None
+
+    def __enter__(self) -> "ProgressReport":
+        if self.console.is_terminal:
+            from rich import progress as rp
+
+            self._progress = rp.Progress(
+                rp.TextColumn("[bold]{task.description}"),
+                rp.BarColumn(),
+                rp.MofNCompleteColumn(),
+                rp.TextColumn("{task.fields[stats]}"),
+                rp.TimeElapsedColumn(),
+                rp.TextColumn("ETA {task.fields[eta]}"),
+                console=self.console,
+            )
+            self._progress.start()
+            self._task = self._progress.add_task(
+                self.label, total=None, stats="compiling…", eta="-"
+            )
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def __call__(self, metrics: dict[str, Any]) -> None:
+        """One row per seed for the last generation of a block; shown once all seeds are in."""
+        now = time.perf_counter()
+        if self.first_report_s is None:
+            self.first_report_s = now - _STARTED
+        gen = int(metrics.get("generation", 0))
+        if self._rows and gen != self._rows[0].get("generation"):
+            self._rows = []
+        self._rows.append(metrics)
+        if len(self._rows) < self.seeds:
+            return
+        self._show(now, gen, self._rows)
+
+    def _show(self, now: float, gen: int, rows: list[dict[str, Any]]) -> None:
+        def mean(key: str) -> float | None:
+            values = [float(r[key]) for r in rows if r.get(key) is not None]
+            return sum(values) / len(values) if values else None
+
+        total = rows[0].get("generations")
+        steps = sum(float(r.get("env_steps", 0)) for r in rows)
+        wall = float(rows[0].get("wall_s", 0.0))
+        rate, eta = math.nan, None
+        if self._prev is not None and wall > self._prev[2] and gen > self._prev[0]:
+            prev_gen, prev_steps, prev_wall = self._prev
+            rate = (steps - prev_steps) / (wall - prev_wall)
+            if total is not None:
+                eta = (float(total) - gen) * (wall - prev_wall) / (gen - prev_gen)
+        elif wall > 0:
+            rate = steps / wall  # first block: includes compilation
+        self._prev = (gen, steps, wall)
+        if mean("eval_return") is not None:
+            self.last_eval = mean("eval_return")
+        stats = (
+            f"best {_number(mean('fitness_best'))}  "
+            f"mean {_number(mean('fitness_mean'))}  "
+            f"eval {_number(self.last_eval)}  "
+            f"{_count(rate) if math.isfinite(rate) else '-'} steps/s"
+        )
+        if self._progress is not None:
+            self._progress.update(
+                self._task, completed=gen, total=total, stats=stats, eta=_duration(eta)
+            )
+            return
+        last = total is not None and gen >= int(total)
+        evaluated = mean("eval_return") is not None
+        if now - self._last_log >= self.log_every_s or last or evaluated:
+            self._last_log = now
+            done = f"{gen}/{int(total)}" if total is not None else f"{gen}"
+            self.console.print(f"gen {done}  {stats}  ETA {_duration(eta)}", soft_wrap=True)
+
+
+# ---------------------------------------------------------------------------- commands
+@app.command(
+    epilog=_example(
+        "esjax evolve pendulum --popsize 2048",
+        "esjax evolve cartpole --strategy pgpe --seeds 5 --out runs/cartpole-pgpe",
+        "esjax evolve my_task.toml --set policy.hidden=[32,32] --set evaluation.every=5",
+        "esjax evolve pendulum --out runs/pendulum --resume",
+    )
+)
+@handles_errors
+def evolve(
+    task: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="TASK",
+            help="Task preset name (see `esjax list`) or a TOML file; optional with --resume.",
+            show_default=False,
+        ),
+    ] = None,
+    strategy: Annotated[
+        str | None,
+        typer.Option("--strategy", "-s", help="Strategy preset name; default: the task's."),
+    ] = None,
+    popsize: Annotated[
+        int | None, typer.Option("--popsize", "-p", min=1, help="Members per generation.")
+    ] = None,
+    generations: Annotated[
+        int | None, typer.Option("--generations", "-g", min=1, help="Generations to run.")
+    ] = None,
+    rollouts: Annotated[
+        int | None,
+        typer.Option("--rollouts", "-r", min=1, help="Episodes per member per generation."),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Random seed (the first one with --seeds).")] = 0,
+    seeds: Annotated[
+        int, typer.Option(min=1, help="Independent seeds run side by side (vmapped).")
+    ] = 1,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Run directory; default: runs/TASK-STRATEGY-TIME."),
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the run in --out from its last checkpoint.")
+    ] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option("--overwrite", help="Replace an existing run directory instead of refusing."),
+    ] = False,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="KEY=VALUE",
+            help="Override a task field, e.g. `policy.hidden=[32,32]`; repeatable.",
+        ),
+    ] = None,
+) -> None:
+    """Evolve a policy for TASK and write a run directory (metrics, checkpoints, fitness.png).
+
+    Shows live progress (generation, best and mean fitness, last evaluation return, env
+    steps/s, ETA), then a summary table and whether the task's solve threshold was reached.
+    An existing run directory is never replaced silently: pass --resume or --overwrite.
+    Ctrl-C writes a checkpoint and prints the command that resumes.
+    """
+    overrides = tuple(set_ or ())
+    if task is None and not resume:
+        raise ConfigError("missing TASK: a preset name (see `esjax list`) or a TOML file")
+    if resume and out_dir is None:
+        raise ConfigError("--resume needs the run directory: --out RUN")
+    if task is not None:
+        _check_task(task, overrides)
+    from esjax.evolve import Interrupted
+    from esjax.evolve import evolve as run_evolution
+
+    label = Path(task).stem if task is not None else Path(out_dir).name
+    shown_seeds = seeds
+    if resume:
+        from esjax.runs import read_run_config
+
+        shown_seeds = int(read_run_config(out_dir).get("seeds", seeds))
+    report = ProgressReport(console, f"evolve {label}", seeds=shown_seeds)
+    try:
+        with report:
+            summary = run_evolution(
+                task,
+                strategy=strategy,
+                popsize=popsize,
+                generations=generations,
+                rollouts=rollouts,
+                seed=seed,
+                seeds=seeds,
+                out=out_dir,
+                resume=resume,
+                overwrite=overwrite,
+                overrides=overrides,
+                on_progress=report,
+            )
+    except Interrupted as stop:
+        err.print(Text(str(stop), style="yellow"), soft_wrap=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    _finish_evolve(summary, report)
+
+
+def _check_task(task: str, overrides: tuple[str, ...]) -> None:
+    """Fail fast, before anything compiles: unknown task, bad preset, bad ``--set``, bad env id."""
+    from esjax import presets
+    from esjax.config import apply_overrides, parse_task
+
+    _, raw, source = presets.locate("task", task)
+    config = parse_task(apply_overrides(raw, overrides), source)
+    from esjax.rollout import make_env
+
+    try:
+        make_env(config.env)
+    except ConfigError as error:  # the library's own resolver decides what an env id is
+        raise ConfigError(f"{source}: env: {error}") from None
+
+
+def _finish_evolve(summary: Any, report: ProgressReport) -> None:
+    from esjax.plotting import plot_runs
+    from esjax.runs import read_run_config
+
+    run_dir = Path(summary.run_dir)
+    figure = plot_runs([run_dir], run_dir / "fitness.png")
+    config = read_run_config(run_dir)
+    threshold = getattr(summary, "solved_threshold", None)
+    if threshold is None and isinstance(config.get("task"), dict):
+        threshold = config["task"].get("solved_return")
+
+    table = Table(title="esjax evolve", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("run directory", str(run_dir))
+    table.add_row("generations", f"{summary.generations:,}")
+    seeds = int(config.get("seeds", 1))
+    per_seed = " per seed" if seeds > 1 else ""
+    table.add_row("env steps", f"{summary.env_steps:,}{per_seed}")
+    table.add_row("wall time", _duration(summary.wall_s))
+    if summary.wall_s:
+        rate = _count(seeds * summary.env_steps / summary.wall_s)
+        table.add_row("env steps/s", f"{rate} (all seeds, with compilation)")
+    table.add_row("startup → first block", f"{report.first_report_s or math.nan:.1f} s")
+    table.add_row("test return (final)", _number(summary.final_eval_return))
+    table.add_row("test return (best)", _number(summary.best_eval_return))
+    table.add_row("fitness plot", str(figure))
+    console.print(table)
+    final = summary.final_eval_return
+    if threshold is not None and final is not None:
+        if final >= threshold:
+            console.print(
+                Text(f"Solved: test return {final:.1f} ≥ {threshold:g}.", style="bold green")
+            )
+        else:
+            console.print(
+                Text(f"Not solved: test return {final:.1f} < {threshold:g}.", style="yellow")
+            )
+    console.print(
+        f"Next: [cyan]esjax eval {run_dir}[/cyan] · [cyan]esjax render {run_dir}[/cyan]",
+        soft_wrap=True,
+    )
+
+
+@app.command(
+    name="eval",
+    epilog=_example(
+        "esjax eval runs/pendulum",
+        "esjax eval runs/pendulum --episodes 512 --json",
+        "esjax eval runs/meta-pendulum --split test --which best",
+    ),
+)
+@handles_errors
+def eval_(
+    run: Annotated[
+        Path, typer.Argument(metavar="RUN", help="A run directory written by esjax evolve.")
+    ],
+    episodes: Annotated[int, typer.Option("--episodes", "-n", min=1, help="Test episodes.")] = 128,
+    split: Annotated[
+        str | None,
+        typer.Option(help="Env-parameter split to test on (a task's [splits]); default: train."),
+    ] = None,
+    which: Annotated[
+        Which, typer.Option(help="Policy to test: the final search mean or the best evaluated.")
+    ] = Which.final,
+    seed: Annotated[
+        int, typer.Option(help="Which seed of a --seeds run: 0 is the first.", min=0)
+    ] = 0,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object instead of a table.")
+    ] = False,
+) -> None:
+    """Test return of a run's saved policy: mean, std, min and max over fresh episodes."""
+    _run_dir(run)
+    from esjax.evolve import evaluate_run
+
+    result = evaluate_run(run, episodes=episodes, split=split, seed=seed, which=which.value)
+    record = {
+        "run": str(run),
+        "which": which.value,
+        "split": split or "train",
+        **{k: _plain(v) for k, v in result.items()},
+    }
+    if as_json:
+        sys.stdout.write(json.dumps(record) + "\n")
+        return
+    table = Table(title=f"test return of {run} ({which.value} policy)", title_justify="left")
+    for name in ("episodes", "mean", "std", "min", "max"):
+        table.add_column(name, justify="right")
+    table.add_row(
+        str(record["episodes"]),
+        *(_number(record[k], 2) for k in ("mean", "std", "min", "max")),
+    )
+    console.print(table)
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars and arrays as JSON-ready Python values."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+@app.command(
+    epilog=_example(
+        "esjax plot runs/pendulum",
+        "esjax plot runs/cartpole-s0 runs/cartpole-s1 runs/cartpole-s2 --out cartpole.png",
+        "esjax plot runs/pendulum-open_es runs/pendulum-pgpe --x env_steps --out compare.png",
+    )
+)
+@handles_errors
+def plot(
+    runs: Annotated[list[Path], typer.Argument(metavar="RUN", help="One or more run directories.")],
+    x: Annotated[XAxis, typer.Option("--x", help="What the x axis counts.")] = XAxis.generations,
+    out_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Figure (.png, .pdf, .svg); default: RUN/fitness.png, ./fitness.png for several.",
+        ),
+    ] = None,
+    title: Annotated[str | None, typer.Option(help="Figure title.")] = None,
+) -> None:
+    """Fitness curves: training fitness and evaluation return, in two panels.
+
+    Runs whose configurations differ only in their seed (and the seeds of one run) are drawn
+    as a mean line with a 95% confidence band; other runs get their own colour.
+    """
+    for run in runs:
+        _run_dir(run)
+    from esjax.plotting import plot_runs
+
+    target = out_file or (runs[0] / "fitness.png" if len(runs) == 1 else Path("fitness.png"))
+    path = plot_runs(runs, target, x=x.value, title=title)
+    console.print(f"wrote {path}", soft_wrap=True)
+
+
+@app.command(
+    epilog=_example(
+        "esjax render runs/pendulum",
+        "esjax render runs/pendulum --param l=1.6 --param m=2 --out long-pendulum.gif",
+        "esjax render runs/meta-pendulum --split test --seed 3",
+    )
+)
+@handles_errors
+def render(
+    run: Annotated[
+        Path, typer.Argument(metavar="RUN", help="A run directory written by esjax evolve.")
+    ],
+    out_file: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="GIF to write; default: RUN/episode.gif."),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the episode and of the sampled variant.")] = 0,
+    split: Annotated[
+        str | None, typer.Option(help="Draw the env variant from this split; default: train.")
+    ] = None,
+    param: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--param", metavar="NAME=VALUE", help="Pin an env parameter, e.g. l=1.6; repeatable."
+        ),
+    ] = None,
+    steps: Annotated[
+        int | None, typer.Option(min=1, help="Steps to play; default: the episode length.")
+    ] = None,
+    fps: Annotated[int, typer.Option(min=1, help="Frames per second of the GIF.")] = 25,
+    which: Annotated[Which, typer.Option(help="The final search mean or the best.")] = Which.final,
+) -> None:
+    """Animate one episode of a run's policy as a GIF.
+
+    Drawn from the env state and its parameters: a longer or heavier pendulum, a longer pole or
+    acrobot link looks it. Renders Pendulum, CartPole, Acrobot and MountainCar envs.
+    """
+    _run_dir(run)
+    from esjax.render import render_run
+
+    path, total = render_run(
+        run,
+        out_file,
+        which=which.value,
+        seed=seed,
+        split=split,
+        env_params=tuple(param or ()),
+        steps=steps,
+        fps=fps,
+    )
+    console.print(f"wrote {path} (episode return {total:.1f})", soft_wrap=True)
+
+
+@app.command(name="list", epilog=_example("esjax list"))
+@handles_errors
+def list_() -> None:
+    """Task and strategy presets shipped with esjax, with one-line descriptions."""
+    from esjax import presets
+
+    for kind, title in (("task", "Tasks"), ("strategy", "Strategies")):
+        table = Table(title=title, title_justify="left", show_edge=False)
+        table.add_column("name", style="cyan", no_wrap=True)
+        table.add_column("description")
+        for name, text in presets.describe(kind):
+            table.add_row(name, text)
+        console.print(table)
+        console.print()
+    console.print(r"Run one: [cyan]esjax evolve TASK \[--strategy NAME][/cyan]")
+
+
+def main() -> None:
+    """Console-script entry point: one JAX CPU device per core, then the typer app."""
+    from esjax.distributed import use_cpu_cores
+
+    use_cpu_cores()  # before anything creates an array (gymnax does at import)
+    app(prog_name="esjax")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,353 @@
+"""The training engine: one pure generation step, scanned in jitted blocks, vmapped over seeds.
+
+A generation is ``ask -> population rollout -> fitness -> tell`` (plus the running observation
+moments when the task normalises observations). ``run_block`` scans a fixed number of
+generations and is compiled once: how many of them actually run is an argument, and the
+scan index decides through ``lax.cond`` whether a step runs, so a block of 3 and a block of 10
+execute the very same step program. That is what makes an interrupted, resumed run
+bit-identical to an uninterrupted one, whatever the block boundaries were.
+
+With the strategy setting ``env_groups`` the population is split into groups that share
+episode starts (common random numbers within a group, fresh starts across groups); groups are
+evaluated a cache-sized batch at a time, as the rollout chunks members.
+
+Every function here takes and returns a batch of runs with a leading *seed* axis; one seed is
+a batch of one. Nothing in this module prints or writes files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+from jax.flatten_util import ravel_pytree
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from esjax.fitness import (
+    group_members,
+    member_returns,
+    return_stats,
+    to_fitness,
+    ungroup_members,
+)
+from esjax.rollout import ObsStats, PopulationRollout, RolloutResult, obs_moments
+from esjax.strategies import Strategy, mirrored
+
+PyTree = Any
+# Smallest std used to normalise an observation dimension; a constant input stays finite.
+MIN_OBS_STD = 1e-2
+
+
+# ---------------------------------------------------------------------------- keys
+def seed_keys(seed: int | jax.Array) -> dict[str, jax.Array]:
+    """Independent roots of one run: training, parameter init, evaluation and final test.
+
+    Training keys descend only from ``train``; the evaluation episodes use ``evaluation``
+    (fixed for the whole run) and :func:`esjax.evolve.evaluate_run` uses ``test``, so no
+    evaluation episode ever replays a training episode.
+    """
+    train, init, evaluation, test = jax.random.split(jax.random.key(seed), 4)
+    return {"train": train, "init": init, "evaluation": evaluation, "test": test}
+
+
+def generation_keys(key_data: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """``(next, k_ask, k_rollout, k_tell)`` from a generation's key; the parent is not reused."""
+    next_key, k_ask, k_rollout, k_tell = jax.random.split(jax.random.wrap_key_data(key_data), 4)
+    return jax.random.key_data(next_key), k_ask, k_rollout, k_tell
+
+
+def group_keys(k_rollout: jax.Array, groups: int) -> jax.Array:
+    """The rollout key of each member group (one group: the generation's rollout key itself)."""
+    return k_rollout[None] if groups == 1 else jax.random.split(k_rollout, groups)
+
+
+# ---------------------------------------------------------------------------- observation moments
+@struct.dataclass
+class NormState:
+    """Running count, mean and sum of squared deviations (M2) of valid training observations."""
+
+    count: jax.Array
+    mean: jax.Array
+    m2: jax.Array
+
+
+def norm_init(size: int) -> NormState:
+    return NormState(jnp.zeros((), jnp.float32), jnp.zeros(size), jnp.zeros(size))
+
+
+def norm_update(norm: NormState, result: RolloutResult) -> NormState:
+    """Merge one generation's masked moments (Chan et al.'s parallel update)."""
+    count, mean, var = obs_moments(result)
+    total = norm.count + count
+    safe = jnp.maximum(total, 1.0)
+    delta = mean - norm.mean
+    new_mean = norm.mean + delta * (count / safe)
+    new_m2 = norm.m2 + var * count + delta * delta * (norm.count * count / safe)
+    return NormState(total, new_mean, new_m2)
+
+
+def norm_stats(norm: NormState) -> ObsStats:
+    """Frozen statistics for a rollout: identity until the first observation is counted."""
+    var = norm.m2 / jnp.maximum(norm.count, 1.0)
+    std = jnp.where(norm.count > 0, jnp.sqrt(var), 1.0)
+    return ObsStats(norm.mean, jnp.maximum(std, MIN_OBS_STD))
+
+
+# ---------------------------------------------------------------------------- state
+@struct.dataclass
+class RunState:
+    """Everything a run needs to continue; every leaf is a plain array (keys as key data)."""
+
+    strategy: Any
+    norm: NormState
+    key: jax.Array
+    eval_key: jax.Array
+    generation: jax.Array
+    gen_best: jax.Array  # flat parameters of the last generation's best member
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A task's rollouts and a strategy bound into jitted ``init``, ``run_block`` and ``evaluate``.
+
+    * ``init(seeds) -> RunState`` with a leading seed axis.
+    * ``run_block(state, n) -> (state, metrics)`` runs the first ``n`` of ``block`` generations;
+      ``metrics`` leaves have shape ``(block, seeds)`` and rows ``>= n`` are padding.
+    * ``evaluate(state) -> dict`` test returns of the search mean and of the last generation's
+      best member over the fixed evaluation episodes: deterministic actions, frozen statistics.
+    """
+
+    rollout: PopulationRollout
+    eval_rollout: PopulationRollout
+    strategy: Strategy
+    unravel: Callable[[jax.Array], PyTree]
+    num_dims: int
+    rollouts: int
+    block: int
+    eval_episodes: int
+    normalize_obs: bool
+    sharding: Any
+    population_rollout: Callable
+    init: Callable[[jax.Array], RunState]
+    run_block: Callable[[RunState, jax.Array], tuple[RunState, dict[str, jax.Array]]]
+    evaluate: Callable[[RunState], dict[str, jax.Array]]
+
+    @property
+    def popsize(self) -> int:
+        return self.strategy.popsize
+
+    def place(self, tree: PyTree) -> PyTree:
+        """Arrays placed as the compiled functions expect them (replicated on the devices)."""
+        return jax.device_put(tree, self.sharding)
+
+    def obs_stats(self, state: RunState) -> ObsStats | None:
+        """The (per-seed) statistics a policy of this state sees, or ``None`` without them."""
+        return jax.vmap(norm_stats)(state.norm) if self.normalize_obs else None
+
+    def policy_params(self, flat: jax.Array) -> PyTree:
+        """Flat parameters (with a leading seed axis) as policy pytrees."""
+        return jax.vmap(self.unravel)(flat)
+
+    def mean_params(self, state: RunState) -> jax.Array:
+        return state.strategy.mean
+
+
+def flat_template(rollout: PopulationRollout, key: jax.Array) -> tuple[jax.Array, Callable]:
+    """A member's initial parameters as a flat vector, and how to unravel one."""
+    flat, unravel = ravel_pytree(rollout.init_params(key))
+    return flat.astype(jnp.float32), unravel
+
+
+def make_engine(
+    rollout: PopulationRollout,
+    eval_rollout: PopulationRollout,
+    strategy_fn: Callable[[int], Strategy],
+    *,
+    rollouts: int = 1,
+    block: int = 10,
+    eval_episodes: int = 128,
+    normalize_obs: bool = False,
+) -> Engine:
+    """Bind rollouts and a strategy (built by ``strategy_fn(num_dims)``, once) into an engine."""
+    template, unravel = flat_template(rollout, jax.random.key(0))
+    num_dims = int(template.size)
+    strategy = strategy_fn(num_dims)
+    block = int(block)
+    if block <= 0:
+        raise ValueError(f"block must be positive, got {block}")
+
+    popsize = strategy.popsize
+    groups = int(strategy.spec.settings.get("env_groups", 1))
+    mesh = Mesh(np.array(rollout.devices), ("population",))
+    pairs = mirrored(strategy.spec)
+
+    def population_rollout(key, params, obs_stats):
+        """Every member's episodes; with ``env_groups`` each group gets its own starts."""
+        if groups == 1:
+            return rollout.population(key, params, rollouts, obs_stats)
+        grouped = jax.tree.map(lambda x: group_members(x, groups, pairs), params)
+        # Groups are evaluated a cache-sized batch at a time, as the rollout chunks members:
+        # a vmap over all groups would step every member together and stream all weights.
+        per_group = popsize // groups
+        batch = max(1, rollout.auto_chunk_size(popsize, params) // per_group)
+        result = jax.lax.map(
+            lambda kp: rollout.population(kp[0], kp[1], rollouts, obs_stats),
+            (group_keys(key, groups), grouped),
+            batch_size=min(batch, groups),
+        )
+        return jax.tree.map(lambda x: ungroup_members(x, pairs), result)
+
+    def init_one(seed: jax.Array) -> RunState:
+        keys = seed_keys(seed)
+        policy_init, _ = ravel_pytree(rollout.init_params(keys["init"]))
+        mean = strategy.initial_mean(policy_init.astype(jnp.float32))
+        k_strategy, train = jax.random.split(keys["train"])
+        return _strong(
+            RunState(
+                strategy=strategy.init(k_strategy, mean),
+                norm=norm_init(rollout.obs_size),
+                key=jax.random.key_data(train),
+                eval_key=jax.random.key_data(keys["evaluation"]),
+                generation=jnp.zeros((), jnp.int32),
+                gen_best=mean,
+            )
+        )
+
+    def generation(state: RunState) -> tuple[RunState, dict[str, jax.Array]]:
+        next_key, k_ask, k_rollout, k_tell = generation_keys(state.key)
+        population, sstate = strategy.ask(k_ask, state.strategy)
+        obs_stats = norm_stats(state.norm) if normalize_obs else None
+        result = population_rollout(k_rollout, jax.vmap(unravel)(population), obs_stats)
+        returns = member_returns(result.returns)
+        sstate = strategy.tell(k_tell, population, to_fitness(returns), sstate)
+        norm = norm_update(state.norm, result) if normalize_obs else state.norm
+        best = jnp.argmax(jnp.where(jnp.isfinite(returns), returns, -jnp.inf))
+        metrics = return_stats(returns)
+        metrics["env_steps"] = jnp.sum(result.lengths).astype(jnp.int32)
+        new_state = RunState(
+            strategy=sstate,
+            norm=norm,
+            key=next_key,
+            eval_key=state.eval_key,
+            generation=state.generation + 1,
+            gen_best=population[best],
+        )
+        return _strong(new_state), metrics
+
+    def block_one(state: RunState, n_active: jax.Array) -> tuple[RunState, dict[str, jax.Array]]:
+        padding = jax.tree.map(
+            lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(generation, state)[1]
+        )
+
+        def body(state, index):
+            # ``index`` and ``n_active`` are not batched over seeds, so under vmap this stays a
+            # real conditional: padded steps cost nothing and never touch the state.
+            return jax.lax.cond(index < n_active, generation, lambda s: (s, padding), state)
+
+        return jax.lax.scan(body, state, jnp.arange(block))
+
+    def evaluate_one(state: RunState) -> dict[str, jax.Array]:
+        members = jnp.stack([state.strategy.mean, state.gen_best])
+        obs_stats = norm_stats(state.norm) if normalize_obs else None
+        key = jax.random.wrap_key_data(state.eval_key)
+        result = eval_rollout.population(key, jax.vmap(unravel)(members), eval_episodes, obs_stats)
+        returns = result.returns  # (2, episodes)
+        return {
+            "eval_return": jnp.mean(returns[0]),
+            "eval_best_return": jnp.mean(returns[1]),
+            "eval_return_std": jnp.std(returns[0]),
+        }
+
+    def run_block(state, n_active):
+        state, metrics = jax.vmap(block_one, in_axes=(0, None), out_axes=(0, 1))(state, n_active)
+        return state, metrics
+
+    # The state lives replicated on the rollout's devices, in and out of every call, so a block
+    # fed the previous block's output (or a restored checkpoint) never recompiles.
+    replicated = NamedSharding(mesh, P())
+    return Engine(
+        rollout=rollout,
+        eval_rollout=eval_rollout,
+        strategy=strategy,
+        unravel=unravel,
+        num_dims=num_dims,
+        rollouts=int(rollouts),
+        block=block,
+        eval_episodes=int(eval_episodes),
+        normalize_obs=bool(normalize_obs),
+        sharding=replicated,
+        population_rollout=population_rollout,
+        init=jax.jit(jax.vmap(init_one), out_shardings=replicated),
+        run_block=jax.jit(run_block, out_shardings=replicated),
+        evaluate=jax.jit(jax.vmap(evaluate_one)),
+    )
+
+
+def _strong(tree: PyTree) -> PyTree:
+    """Every leaf as a strongly typed array of its own dtype.
+
+    evosax keeps Python scalars in some states (a constant std, the generation counter); left
+    weakly typed they would make a state restored from a checkpoint a different type from the
+    one the block was compiled for.
+    """
+    return jax.tree.map(lambda x: jnp.asarray(x).astype(jnp.asarray(x).dtype), tree)
+
+
+# ---------------------------------------------------------------------------- host conversions
+def to_host(state: RunState) -> list[np.ndarray]:
+    """The state's leaves as NumPy arrays, in a fixed order (for checkpoints)."""
+    return [np.asarray(leaf) for leaf in jax.tree.leaves(jax.device_get(state))]
+
+
+def from_host(template: RunState, leaves: list[np.ndarray]) -> RunState:
+    """A state shaped like ``template`` from :func:`to_host` leaves (same shapes and dtypes)."""
+    expected = jax.tree.leaves(template)
+    treedef = jax.tree.structure(template)
+    if len(leaves) != len(expected):
+        raise ValueError(f"checkpoint holds {len(leaves)} arrays, this run needs {len(expected)}")
+    for i, (got, want) in enumerate(zip(leaves, expected, strict=True)):
+        if tuple(got.shape) != tuple(want.shape) or got.dtype != want.dtype:
+            raise ValueError(
+                f"checkpoint array {i} is {got.dtype}{list(got.shape)}, "
+                f"this run needs {want.dtype}{list(want.shape)}"
+            )
+    return jax.tree.unflatten(treedef, [np.asarray(leaf) for leaf in leaves])
+
+
+def phase_functions(engine: Engine) -> dict[str, Callable]:
+    """Jitted pieces of one generation of one seed, for timing where a generation goes.
+
+    ``generation(key, sstate)`` is the fused step; ``ask(key, sstate) -> population``,
+    ``rollout(key, population) -> returns`` and ``tell(key, population, returns, sstate)``
+    are its parts compiled on their own.
+    """
+    strategy = engine.strategy
+
+    def generation(key, sstate):
+        k_ask, k_rollout, k_tell = jax.random.split(key, 3)
+        population, sstate = strategy.ask(k_ask, sstate)
+        returns = rollout(k_rollout, population)
+        return strategy.tell(k_tell, population, to_fitness(member_returns(returns)), sstate)
+
+    def ask(key, sstate):
+        return strategy.ask(key, sstate)[0]
+
+    def rollout(key, population):
+        params = jax.vmap(engine.unravel)(population)
+        return engine.population_rollout(key, params, None).returns
+
+    def tell(key, population, returns, sstate):
+        return strategy.tell(key, population, to_fitness(member_returns(returns)), sstate)
+
+    return {
+        "generation": jax.jit(generation),
+        "ask": jax.jit(ask),
+        "rollout": jax.jit(rollout),
+        "tell": jax.jit(tell),
+    }

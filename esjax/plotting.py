@@ -1,0 +1,245 @@
+"""Fitness curves from metrics rows: matplotlib (Agg, no pyplot state) and numpy only.
+
+Several runs (or the seeds of one run) of one configuration are drawn as their mean with a 95%
+confidence band. Training fitness (population mean and best member, every generation) and
+evaluation return (the search mean on held-out episodes, every few generations) sit in separate
+panels, since they are measured differently and on different schedules.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+X_AXES = {"generations": "generation", "env_steps": "env_steps", "wall_s": "wall_s"}
+X_LABELS = {
+    "generations": "generation",
+    "env_steps": "environment steps",
+    "wall_s": "wall-clock time (s)",
+}
+# Two-sided 95% Student-t quantiles by degrees of freedom; beyond the table the normal 1.96.
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+_T95 += (2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086)
+_T95 += (2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+# Keys of config.json that may differ between runs (seeds) of one configuration.
+_RUN_ONLY_KEYS = frozenset({"seed", "seeds", "generations", "esjax_version", "num_dims"})
+
+Rows = Sequence[Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class Group:
+    """One configuration: a label and the metrics rows of each of its runs (or seeds)."""
+
+    label: str
+    runs: tuple[Rows, ...]
+
+
+def t95(dof: int) -> float:
+    """The two-sided 95% Student-t quantile (half-width factor for a confidence interval)."""
+    if dof < 1:
+        return math.nan
+    return _T95[dof - 1] if dof <= len(_T95) else 1.96
+
+
+def split_seeds(rows: Rows) -> list[Rows]:
+    """The rows of one run, one list per seed (``seed`` is present when a run has several)."""
+    by_seed: dict[Any, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        by_seed.setdefault(row.get("seed", 0), []).append(row)
+    return [by_seed[key] for key in sorted(by_seed)]
+
+
+def series(rows: Rows, x: str, y: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(x, y)`` arrays from the rows that carry a finite ``y``, sorted by ``x``."""
+    key = X_AXES[x]
+    pairs = [
+        (float(row[key]), float(row[y]))
+        for row in rows
+        if row.get(y) is not None and row.get(key) is not None and math.isfinite(float(row[y]))
+    ]
+    if not pairs:
+        return np.zeros(0), np.zeros(0)
+    xs, ys = np.asarray(pairs, dtype=float).T
+    order = np.argsort(xs, kind="stable")
+    return xs[order], ys[order]
+
+
+def mean_band(
+    curves: Sequence[tuple[np.ndarray, np.ndarray]], points: int = 200
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(x, mean, low, high)`` across curves; the band is a 95% CI where two or more curves exist.
+
+    Curves that share their x values (generations, or env steps of seeds of one configuration)
+    are averaged point by point. Otherwise (wall-clock time) each is interpolated onto a common
+    grid that stops where the shortest curve stops: a mean is never extrapolated.
+    """
+    curves = [(x, y) for x, y in curves if len(x)]
+    if not curves:
+        empty = np.zeros(0)
+        return empty, empty, empty, empty
+    if all(np.array_equal(x, curves[0][0]) for x, _ in curves):
+        grid = curves[0][0]
+        values = np.stack([y for _, y in curves])
+    else:
+        start = max(x[0] for x, _ in curves)
+        stop = min(x[-1] for x, _ in curves)
+        union = np.unique(np.concatenate([x for x, _ in curves]))
+        union = union[(union >= start) & (union <= stop)]
+        grid = union if len(union) <= points else np.linspace(start, stop, points)
+        values = np.stack([np.interp(grid, x, y) for x, y in curves])
+    n = len(curves)
+    mean = values.mean(axis=0)
+    if n < 2:
+        return grid, mean, mean, mean
+    half = t95(n - 1) * values.std(axis=0, ddof=1) / math.sqrt(n)
+    return grid, mean, mean - half, mean + half
+
+
+def plot_groups(
+    groups: Sequence[Group],
+    out: str | Path,
+    *,
+    x: str = "generations",
+    title: str | None = None,
+    solved_return: float | None = None,
+) -> Path:
+    """Write a two-panel figure (training fitness | evaluation return); format from the suffix."""
+    if x not in X_AXES:
+        raise ValueError(f"x must be one of {', '.join(X_AXES)}, got {x!r}")
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
+    fig = Figure(figsize=(10, 3.8), dpi=120, layout="constrained")
+    ax_train, ax_eval = fig.subplots(1, 2, sharex=True)
+    colors = [f"C{i % 10}" for i in range(len(groups))]
+    any_eval = False
+    for group, color in zip(groups, colors, strict=True):
+        runs = [seed_rows for rows in group.runs for seed_rows in split_seeds(rows)]
+        n = len(runs)
+        label = f"{group.label} (n={n})" if n > 1 else group.label
+        for y, style, width, name in (
+            ("fitness_mean", "-", 1.8, label),
+            ("fitness_best", "--", 1.0, None),
+        ):
+            gx, mean, low, high = mean_band([series(r, x, y) for r in runs])
+            if len(gx):
+                ax_train.plot(gx, mean, style, color=color, lw=width, label=name)
+                if n > 1 and y == "fitness_mean":
+                    ax_train.fill_between(gx, low, high, color=color, alpha=0.2, lw=0)
+        gx, mean, low, high = mean_band([series(r, x, "eval_return") for r in runs])
+        if len(gx):
+            any_eval = True
+            ax_eval.plot(gx, mean, "o-", color=color, lw=1.8, ms=3.5, label=label)
+            if n > 1:
+                ax_eval.fill_between(gx, low, high, color=color, alpha=0.2, lw=0)
+    if solved_return is not None:
+        for ax in (ax_train, ax_eval):
+            ax.axhline(solved_return, color="0.35", ls=":", lw=1.2)
+        ax_eval.annotate(
+            f"solved ({solved_return:g})",
+            (0.01, solved_return),
+            xycoords=("axes fraction", "data"),
+            va="bottom",
+            fontsize=8,
+            color="0.3",
+        )
+    if not any_eval:
+        ax_eval.text(
+            0.5, 0.5, "no evaluations yet", ha="center", va="center", transform=ax_eval.transAxes
+        )
+    ax_train.set_title("Training: population return", fontsize=10)
+    ax_eval.set_title("Evaluation: test return of the search mean", fontsize=10)
+    ax_train.set_ylabel("return")
+    for ax in (ax_train, ax_eval):
+        ax.set_xlabel(X_LABELS[x])
+        ax.grid(True, alpha=0.3, lw=0.6)
+        ax.spines[["top", "right"]].set_visible(False)
+        if x == "env_steps":
+            ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 3))
+    handles, labels = ax_train.get_legend_handles_labels()
+    handles += [
+        Line2D([], [], color="0.2", ls="-", lw=1.8),
+        Line2D([], [], color="0.2", ls="--", lw=1.0),
+    ]
+    labels += ["population mean", "best member"]
+    ax_train.legend(handles, labels, fontsize=8, frameon=False, loc="lower right")
+    if title:
+        fig.suptitle(title, fontsize=11)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    return out
+
+
+# ---------------------------------------------------------------------------- run directories
+def group_runs(run_dirs: Sequence[str | Path]) -> list[Group]:
+    """Runs whose configs differ only in seed or length form one group, in order of appearance."""
+    from esjax.runs import load_metrics, read_run_config
+
+    keyed: dict[str, list[tuple[Path, dict[str, Any], Rows]]] = {}
+    for run in map(Path, run_dirs):
+        config = read_run_config(run)
+        identity = {k: v for k, v in config.items() if k not in _RUN_ONLY_KEYS}
+        key = json.dumps(identity, sort_keys=True, default=str)
+        keyed.setdefault(key, []).append((run, config, load_metrics(run)))
+    labels = [config_label(members[0][1]) for members in keyed.values()]
+    groups = []
+    for label, members in zip(labels, keyed.values(), strict=True):
+        if labels.count(label) > 1:  # same task, strategy and popsize: name the runs
+            label = f"{label} · {_common_label([run.name for run, _, _ in members])}"
+        groups.append(Group(label, tuple(rows for _, _, rows in members)))
+    return groups
+
+
+def config_label(config: Mapping[str, Any]) -> str:
+    """``"pendulum · open_es · pop 256"`` from a run's ``config.json``."""
+    strategy = config.get("strategy")
+    if isinstance(strategy, Mapping):
+        strategy = strategy.get("name")
+    parts = [config.get("task_name"), strategy]
+    if config.get("popsize"):
+        parts.append(f"pop {config['popsize']}")
+    return " · ".join(str(p) for p in parts if p) or "run"
+
+
+def _common_label(names: Sequence[str]) -> str:
+    if len(names) == 1:
+        return names[0]
+    first = names[0]
+    size = min(len(name) for name in names)
+    while size and any(name[:size] != first[:size] for name in names):
+        size -= 1
+    prefix = first[:size].rstrip("-_. ")
+    return f"{prefix}…" if prefix else f"{first} …"
+
+
+def solved_return_of(run_dirs: Sequence[str | Path]) -> float | None:
+    """The tasks' solve threshold when all runs share one, else ``None``."""
+    from esjax.runs import read_run_config
+
+    values = set()
+    for run in run_dirs:
+        task = read_run_config(Path(run)).get("task")
+        values.add(task.get("solved_return") if isinstance(task, Mapping) else None)
+    return values.pop() if len(values) == 1 else None
+
+
+def plot_runs(
+    run_dirs: Sequence[str | Path],
+    out: str | Path,
+    *,
+    x: str = "generations",
+    title: str | None = None,
+) -> Path:
+    """Fitness curves of run directories (grouped by configuration) into a PNG."""
+    groups = group_runs(run_dirs)
+    if title is None and len(groups) == 1:
+        title = groups[0].label
+    return plot_groups(groups, out, x=x, title=title, solved_return=solved_return_of(run_dirs))

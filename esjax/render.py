@@ -1,0 +1,312 @@
+"""Animations of a policy drawn from the env state *and* its parameters.
+
+gymnax's own renderers draw every variant at its default size; here a pendulum of length 1.6
+is drawn four times as long as one of 0.4, a heavier bob is bigger, and acrobot links and the
+cart-pole's pole take their lengths from ``EnvParams``. Axis limits depend on parameters only
+through generous fixed minimums, so variants are comparable by eye across GIFs.
+
+Drawing is plain matplotlib (no pyplot state); GIFs are written by matplotlib's ``PillowWriter``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from esjax.config import ConfigError
+
+Update = Callable[[Any, str], None]  # (env state, caption) -> redraw the artists
+PIVOT = "#2c3e50"
+
+
+def _f(value: Any) -> float:
+    return float(np.asarray(value))
+
+
+def _frame_axes(ax: Any, xlim: tuple[float, float], ylim: tuple[float, float]) -> None:
+    ax.set_xlim(*xlim)
+    ax.set_ylim(*ylim)
+    ax.set_aspect("equal")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+
+
+# ---------------------------------------------------------------------------- scenes
+def pendulum_points(state: Any, params: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Pivot and bob centre; ``theta = 0`` is upright, positive angles turn counter-clockwise."""
+    theta, length = _f(state.theta), _f(params.l)
+    return np.zeros(2), np.array([-length * math.sin(theta), length * math.cos(theta)])
+
+
+def _pendulum(ax: Any, params: Any) -> Update:
+    from matplotlib.patches import Circle
+
+    length, mass = _f(params.l), _f(params.m)
+    reach = max(2.2, 1.15 * length + 0.3)
+    _frame_axes(ax, (-reach, reach), (-reach, reach))
+    (rod,) = ax.plot([], [], color="#c0392b", lw=7, solid_capstyle="round", zorder=2)
+    bob = ax.add_patch(Circle((0, 0), 0.12 * math.sqrt(mass), color="#7b241c", zorder=3))
+    ax.plot([0], [0], "o", color=PIVOT, ms=6, zorder=4)
+    caption = ax.text(0.02, 0.02, "", transform=ax.transAxes, fontsize=8, family="monospace")
+    ax.set_title(f"Pendulum  l = {length:.2f}  m = {mass:.2f}", fontsize=10)
+
+    def update(state: Any, text: str) -> None:
+        pivot, tip = pendulum_points(state, params)
+        rod.set_data([pivot[0], tip[0]], [pivot[1], tip[1]])
+        bob.center = tuple(tip)
+        caption.set_text(f"{text}  u = {_f(state.last_u):+.2f}")
+
+    return update
+
+
+def _cartpole(ax: Any, params: Any) -> Update:
+    from matplotlib.patches import Rectangle
+
+    pole = 2.0 * _f(params.length)  # gymnax's ``length`` is half the pole
+    bound = _f(params.x_threshold)
+    cart_w, cart_h = 0.5, 0.28 * math.sqrt(_f(params.masscart))
+    _frame_axes(ax, (-bound - 0.4, bound + 0.4), (-0.6, max(1.6, pole + 0.6)))
+    ax.plot([-bound, bound], [0, 0], color="0.4", lw=1.5)
+    ax.plot([-bound, -bound], [-0.1, 0.1], color="0.4", lw=1.5)
+    ax.plot([bound, bound], [-0.1, 0.1], color="0.4", lw=1.5)
+    cart = ax.add_patch(Rectangle((0, 0), cart_w, cart_h, color="#34495e", zorder=2))
+    width = 3 + 6 * math.sqrt(_f(params.masspole) / 0.1) / 2
+    (rod,) = ax.plot([], [], color="#d68910", lw=width, solid_capstyle="round", zorder=3)
+    caption = ax.text(0.02, 0.02, "", transform=ax.transAxes, fontsize=8, family="monospace")
+    ax.set_title(f"CartPole  pole = {pole:.2f}  m_pole = {_f(params.masspole):.2f}", fontsize=10)
+
+    def update(state: Any, text: str) -> None:
+        x, theta = _f(state.x), _f(state.theta)
+        cart.set_xy((x - cart_w / 2, -cart_h / 2))
+        top = cart_h / 2
+        rod.set_data([x, x + pole * math.sin(theta)], [top, top + pole * math.cos(theta)])
+        caption.set_text(text)
+
+    return update
+
+
+def acrobot_points(state: Any, params: Any) -> np.ndarray:
+    """Pivot, elbow and tip; both angles 0 hang straight down."""
+    a1, a2 = _f(state.joint_angle1), _f(state.joint_angle2)
+    l1, l2 = _f(params.link_length_1), _f(params.link_length_2)
+    elbow = np.array([l1 * math.sin(a1), -l1 * math.cos(a1)])
+    tip = elbow + np.array([l2 * math.sin(a1 + a2), -l2 * math.cos(a1 + a2)])
+    return np.stack([np.zeros(2), elbow, tip])
+
+
+def _acrobot(ax: Any, params: Any) -> Update:
+    l1, l2 = _f(params.link_length_1), _f(params.link_length_2)
+    reach = max(2.3, 1.1 * (l1 + l2) + 0.1)
+    _frame_axes(ax, (-reach, reach), (-reach, reach))
+    # gymnax ends the episode when -cos(a1) - cos(a1 + a2) > 1: for equal links, a tip above
+    # half the arm's full length.
+    ax.axhline(0.5 * (l1 + l2), color="0.5", ls=":", lw=1.2)
+    (link1,) = ax.plot([], [], color="#1f618d", lw=6, solid_capstyle="round", zorder=2)
+    (link2,) = ax.plot([], [], color="#2e86c1", lw=6, solid_capstyle="round", zorder=2)
+    size1 = 6 * math.sqrt(_f(params.link_mass_1))
+    size2 = 6 * math.sqrt(_f(params.link_mass_2))
+    (elbow,) = ax.plot([], [], "o", color="#f1c40f", ms=size1, zorder=3)
+    (tip,) = ax.plot([], [], "o", color="#f1c40f", ms=size2, zorder=3)
+    ax.plot([0], [0], "o", color=PIVOT, ms=6, zorder=4)
+    caption = ax.text(0.02, 0.02, "", transform=ax.transAxes, fontsize=8, family="monospace")
+    ax.set_title(f"Acrobot  l1 = {l1:.2f}  l2 = {l2:.2f}", fontsize=10)
+
+    def update(state: Any, text: str) -> None:
+        p = acrobot_points(state, params)
+        link1.set_data(p[:2, 0], p[:2, 1])
+        link2.set_data(p[1:, 0], p[1:, 1])
+        elbow.set_data([p[1, 0]], [p[1, 1]])
+        tip.set_data([p[2, 0]], [p[2, 1]])
+        caption.set_text(text)
+
+    return update
+
+
+def _hill(x: np.ndarray | float) -> np.ndarray | float:
+    return np.sin(3 * x) * 0.45 + 0.55
+
+
+def _mountain_car(ax: Any, params: Any) -> Update:
+    from matplotlib.patches import Polygon
+
+    low, high = _f(params.min_position), _f(params.max_position)
+    goal = _f(params.goal_position)
+    _frame_axes(ax, (low - 0.05, high + 0.05), (-0.05, 1.25))
+    xs = np.linspace(low, high, 200)
+    ax.plot(xs, _hill(xs), color="0.3", lw=2)
+    ax.fill_between(xs, -0.05, _hill(xs), color="0.9")
+    flag_y = float(_hill(goal))
+    ax.plot([goal, goal], [flag_y, flag_y + 0.18], color="black", lw=1.5)
+    ax.add_patch(
+        Polygon(
+            [[goal, flag_y + 0.18], [goal + 0.08, flag_y + 0.15], [goal, flag_y + 0.12]],
+            color="#e67e22",
+        )
+    )
+    body = ax.add_patch(Polygon(np.zeros((4, 2)), color="#27ae60", zorder=3))
+    caption = ax.text(0.02, 0.93, "", transform=ax.transAxes, fontsize=8, family="monospace")
+    power = getattr(params, "power", getattr(params, "force", math.nan))
+    ax.set_title(f"MountainCar  power = {_f(power):.4f}", fontsize=10)
+    half_w, height = 0.08, 0.06
+
+    def update(state: Any, text: str) -> None:
+        x = _f(state.position)
+        angle = math.atan(1.35 * math.cos(3 * x))
+        along = np.array([math.cos(angle), math.sin(angle)])
+        up = np.array([-along[1], along[0]])
+        base = np.array([x, float(_hill(x))])
+        corners = [
+            base - half_w * along,
+            base + half_w * along,
+            base + half_w * along + height * up,
+            base - half_w * along + height * up,
+        ]
+        body.set_xy(np.array(corners))
+        caption.set_text(text)
+
+    return update
+
+
+SCENES: dict[str, Callable[[Any, Any], Update]] = {
+    "Pendulum-v1": _pendulum,
+    "CartPole-v1": _cartpole,
+    "Acrobot-v1": _acrobot,
+    "MountainCar-v0": _mountain_car,
+    "MountainCarContinuous-v0": _mountain_car,
+}
+
+
+def scene(env_id: str, params: Any, size: float = 4.0, dpi: int = 80) -> tuple[Any, Update]:
+    """A figure for one env and its params, and the function that draws a state into it."""
+    if env_id not in SCENES:
+        raise ConfigError(
+            f"render: no renderer for env {env_id!r}; esjax draws {', '.join(sorted(SCENES))}"
+        )
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(size, size), dpi=dpi, layout="constrained")
+    ax = fig.add_subplot()
+    return fig, SCENES[env_id](ax, params)
+
+
+def frame(env_id: str, state: Any, params: Any, caption: str = "") -> np.ndarray:
+    """One drawn state as an ``(H, W, 4)`` uint8 RGBA array."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig, update = scene(env_id, params)
+    update(state, caption)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba()).copy()
+
+
+def save_gif(
+    env_id: str,
+    states: Sequence[Any],
+    params: Any,
+    out: str | Path,
+    *,
+    captions: Sequence[str] | None = None,
+    fps: int = 25,
+) -> Path:
+    """Draw every state into one GIF."""
+    from matplotlib.animation import PillowWriter
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig, update = scene(env_id, params)
+    writer = PillowWriter(fps=fps)
+    with writer.saving(fig, str(out), dpi=fig.dpi):
+        for i, state in enumerate(states):
+            update(state, captions[i] if captions else "")
+            writer.grab_frame()
+    return out
+
+
+# ---------------------------------------------------------------------------- a run's policy
+def play_episode(controller: Any, env: Any, env_params: Any, key: Any, steps: int):
+    """``(states, cumulative returns)`` of one episode of ``controller`` (a host-side loop)."""
+    import jax
+
+    reset = jax.jit(env.reset)
+    step_fn = getattr(env, "step_env", env.step)  # no auto-reset: stop at termination
+    step = jax.jit(step_fn)
+    key, k_reset = jax.random.split(key)
+    obs, state = reset(k_reset, env_params)
+    controller.reset()
+    states, returns, total, reward = [state], [0.0], 0.0, 0.0
+    for _ in range(steps):
+        key, k_step = jax.random.split(key)
+        action = controller.act(np.asarray(obs), reward=reward)  # the reward the last action earned
+        obs, state, reward, done, _ = step(k_step, state, np.asarray(action), env_params)
+        reward = float(reward)
+        total += reward
+        states.append(state)
+        returns.append(total)
+        if bool(done):
+            break
+    return states, returns
+
+
+def render_run(
+    run_dir: str | Path,
+    out: str | Path | None = None,
+    *,
+    which: str = "final",
+    seed: int = 0,
+    split: str | None = None,
+    env_params: Sequence[str] = (),
+    steps: int | None = None,
+    fps: int = 25,
+    max_frames: int = 250,
+) -> tuple[Path, float]:
+    """Play one episode of a run's saved policy and write it as a GIF; returns ``(path, return)``.
+
+    The variant is drawn from the task's training distribution (or ``split``) with ``seed``;
+    ``env_params`` (``"l=1.6"`` strings) then pin individual fields.
+    """
+    import jax
+
+    from esjax.config import parse_override, parse_task
+    from esjax.rollout import make_env
+    from esjax.runs import CONFIG, load_policy, read_run_config
+    from esjax.tasks import check_param_names, fixed_env_params, split_sampler
+
+    task = parse_task(read_run_config(run_dir)["task"], f"{run_dir}/{CONFIG}")
+    if task.env not in SCENES:
+        raise ConfigError(
+            f"render: no renderer for env {task.env!r}; esjax draws {', '.join(sorted(SCENES))}"
+        )
+    env, default_params = make_env(task.env)
+    params = fixed_env_params(task, default_params)
+    key_variant, key_episode = jax.random.split(jax.random.key(seed))
+    sampler = split_sampler(task, split)
+    if sampler is not None:
+        params = sampler(key_variant, params)
+    pinned = {}
+    for text in env_params:
+        path, value = parse_override(text)
+        if len(path) != 1 or not isinstance(value, int | float) or isinstance(value, bool):
+            raise ConfigError(f"--param {text!r}: expected NAME=NUMBER, e.g. l=1.6")
+        pinned[path[0]] = value
+    check_param_names(list(pinned), params, "--param")
+    if pinned:
+        params = params.replace(**pinned)
+    controller = load_policy(run_dir, which=which)
+    length = steps or task.episode_length or int(params.max_steps_in_episode)
+    states, returns = play_episode(controller, env, params, key_episode, length)
+    stride = max(1, math.ceil(len(states) / max_frames))
+    picked = list(range(0, len(states), stride))
+    if picked[-1] != len(states) - 1:
+        picked.append(len(states) - 1)
+    states = [jax.device_get(states[i]) for i in picked]
+    captions = [f"step {i:4d}  return {returns[i]:8.1f}" for i in picked]
+    out = Path(out) if out is not None else Path(run_dir) / "episode.gif"
+    save_gif(task.env, states, params, out, captions=captions, fps=fps)
+    return out, returns[-1]

@@ -1,0 +1,321 @@
+"""Run directories: resolved config, metrics, atomic checkpoints and saved policies.
+
+A run directory holds::
+
+    config.json            the resolved config (task table, strategy, popsize, seeds, ...)
+    metrics.jsonl          one JSON object per generation (and seed)
+    checkpoint.msgpack     everything needed to continue the run
+    final_policy.msgpack   the search mean at the last checkpoint, per seed
+    best_policy.msgpack    the best evaluated parameters so far, per seed
+    summary.json           written when the run finishes
+
+Binary files are msgpack (``flax.serialization``), never pickle, wrapped with a SHA-256 of
+their payload so a torn or edited file is refused rather than half-loaded. Every file is
+written to a temporary name, fsynced and renamed, so a crash leaves the old version or the new
+one, never a mix. This module uses NumPy only; JAX is imported when a policy is loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from flax import serialization
+
+from esjax.config import ConfigError
+
+CONFIG = "config.json"
+METRICS = "metrics.jsonl"
+CHECKPOINT = "checkpoint.msgpack"
+SUMMARY = "summary.json"
+POLICIES = {"final": "final_policy.msgpack", "best": "best_policy.msgpack"}
+_FORMAT = "esjax"
+_VERSION = 1
+
+
+# ---------------------------------------------------------------------------- atomic files
+def atomic_write(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a fsynced temporary file and a rename."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would make run files private to one user
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    atomic_write(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+
+def pack(kind: str, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> bytes:
+    """``meta`` (JSON-able) and named arrays as checksummed msgpack bytes."""
+    payload = serialization.msgpack_serialize(
+        {
+            "meta": json.dumps(meta, sort_keys=True),
+            "arrays": {k: np.asarray(v) for k, v in arrays.items()},
+        }
+    )
+    return serialization.msgpack_serialize(
+        {
+            "format": _FORMAT,
+            "kind": kind,
+            "version": _VERSION,
+            "sha256": hashlib.sha256(payload).hexdigest(),
+            "payload": payload,
+        }
+    )
+
+
+def unpack(path: str | Path, kind: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """``(meta, arrays)`` from a file written by :func:`pack`; a damaged file is a ConfigError."""
+    path = Path(path)
+    try:
+        outer = serialization.msgpack_restore(path.read_bytes())
+    except FileNotFoundError as err:
+        raise ConfigError(f"{path}: no such file") from err
+    except Exception as err:  # msgpack raises several types on garbage
+        raise ConfigError(f"{path}: not an esjax {kind} file ({err})") from err
+    if not isinstance(outer, dict) or outer.get("format") != _FORMAT or outer.get("kind") != kind:
+        raise ConfigError(f"{path}: not an esjax {kind} file")
+    if outer.get("version") != _VERSION:
+        raise ConfigError(f"{path}: {kind} format version {outer.get('version')} is not supported")
+    payload = outer["payload"]
+    if hashlib.sha256(payload).hexdigest() != outer["sha256"]:
+        raise ConfigError(f"{path}: checksum mismatch, the file is damaged")
+    inner = serialization.msgpack_restore(payload)
+    arrays = {k: np.asarray(v) for k, v in inner["arrays"].items()}
+    return json.loads(inner["meta"]), arrays
+
+
+# ---------------------------------------------------------------------------- run directory
+def is_run_dir(path: str | Path) -> bool:
+    return (Path(path) / CONFIG).is_file()
+
+
+def prepare_run_dir(path: str | Path, *, resume: bool, overwrite: bool) -> Path:
+    """Check (and create) a run directory for a new run or a resumed one."""
+    path = Path(path)
+    if resume:
+        if not is_run_dir(path) or not (path / CHECKPOINT).is_file():
+            raise ConfigError(f"{path}: not an esjax run with a checkpoint; nothing to resume")
+        return path
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{path} exists and is not a directory")
+    if path.is_dir() and any(path.iterdir()):
+        if not overwrite:
+            raise ConfigError(f"{path} exists; use --resume or --overwrite")
+        if not is_run_dir(path):
+            raise ConfigError(f"{path} is not an esjax run directory; refusing to overwrite it")
+        shutil.rmtree(path)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def read_run_config(run_dir: str | Path) -> dict[str, Any]:
+    """The resolved config a run was started with (``config.json``)."""
+    path = Path(run_dir) / CONFIG
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError as err:
+        raise ConfigError(f"{run_dir}: not an esjax run directory (no {CONFIG})") from err
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}: not valid JSON: {err}") from err
+
+
+# ---------------------------------------------------------------------------- metrics
+def _json_value(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON has no NaN; a missing statistic reads as null
+    return value
+
+
+def append_metrics(run_dir: str | Path, rows: Iterable[dict[str, Any]]) -> None:
+    lines = "".join(json.dumps({k: _json_value(v) for k, v in row.items()}) + "\n" for row in rows)
+    with (Path(run_dir) / METRICS).open("a") as handle:
+        handle.write(lines)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def load_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The rows of ``metrics.jsonl``; a torn last line (a crash mid-write) is skipped."""
+    path = Path(run_dir) / METRICS
+    if not path.is_file():
+        if not is_run_dir(run_dir):
+            raise ConfigError(f"{run_dir}: not an esjax run directory (no {CONFIG})")
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def truncate_metrics(run_dir: str | Path, generation: int) -> None:
+    """Keep only rows up to ``generation``: what a checkpoint at that generation has seen."""
+    path = Path(run_dir) / METRICS
+    if not path.is_file():
+        return
+    rows = [row for row in load_metrics(run_dir) if row.get("generation", 0) <= generation]
+    atomic_write(path, "".join(json.dumps(row) + "\n" for row in rows).encode())
+
+
+# ---------------------------------------------------------------------------- checkpoints
+def save_checkpoint(run_dir: str | Path, meta: dict[str, Any], leaves: list[np.ndarray]) -> None:
+    arrays = {f"{i:05d}": leaf for i, leaf in enumerate(leaves)}
+    atomic_write(Path(run_dir) / CHECKPOINT, pack("checkpoint", meta, arrays))
+
+
+def load_checkpoint(run_dir: str | Path) -> tuple[dict[str, Any], list[np.ndarray]]:
+    """``(meta, state leaves in order)``."""
+    meta, arrays = unpack(Path(run_dir) / CHECKPOINT, "checkpoint")
+    return meta, [arrays[k] for k in sorted(arrays)]
+
+
+# ---------------------------------------------------------------------------- policies
+def save_policy(
+    run_dir: str | Path,
+    which: str,
+    params: np.ndarray,
+    obs_mean: np.ndarray | None,
+    obs_std: np.ndarray | None,
+    meta: dict[str, Any],
+) -> None:
+    """Flat parameters per seed ``(seeds, num_dims)`` and the statistics they were trained with."""
+    arrays = {"params": np.asarray(params, np.float32)}
+    if obs_mean is not None:
+        arrays["obs_mean"] = np.asarray(obs_mean, np.float32)
+        arrays["obs_std"] = np.asarray(obs_std, np.float32)
+    atomic_write(Path(run_dir) / POLICIES[which], pack("policy", meta, arrays))
+
+
+def read_policy(
+    run_dir: str | Path, which: str = "final", seed: int = 0
+) -> tuple[dict[str, Any], np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+    """``(meta, flat params, (obs mean, obs std) or None)`` of one seed of a saved policy."""
+    if which not in POLICIES:
+        raise ConfigError(f"unknown policy {which!r}; choose from {', '.join(POLICIES)}")
+    meta, arrays = unpack(Path(run_dir) / POLICIES[which], "policy")
+    count = arrays["params"].shape[0]
+    if not 0 <= seed < count:
+        raise ConfigError(f"{run_dir}: seed index {seed} out of range; the run has {count} seed(s)")
+    stats = None
+    if "obs_mean" in arrays:
+        stats = (arrays["obs_mean"][seed], arrays["obs_std"][seed])
+    return meta, arrays["params"][seed], stats
+
+
+class Controller:
+    """A trained policy for a plain Python control loop: NumPy observation in, action out.
+
+    ``reset()`` at the start of every episode, then ``act(observation)`` once per step. A policy
+    that sees the previous reward (meta-RL inputs) takes it as ``act(observation, reward=r)``,
+    ``r`` being the reward the previous action earned. The step is compiled once on first use.
+    """
+
+    def __init__(self, task: Any, params: Any, obs_stats: Any, rollout: Any):
+        import jax
+        import jax.numpy as jnp
+
+        self.task = task
+        self.params = params
+        self.obs_stats = obs_stats
+        self._rollout = rollout
+        policy = rollout.policy
+        obs_size = rollout.obs_size
+        stats = obs_stats
+        if stats is None:
+            stats = (jnp.zeros(obs_size), jnp.ones(obs_size))
+        else:
+            stats = (jnp.asarray(stats.mean), jnp.asarray(stats.std))
+        known = jnp.asarray(
+            [getattr(rollout.env_params, name) for name in rollout.param_inputs], jnp.float32
+        ).reshape(-1)
+
+        def step(params, carry, obs, reward):
+            pcarry, prev_action, prev_reward, prev_done, frames = carry
+            del prev_reward
+            normed = (jnp.asarray(obs, jnp.float32).reshape(-1) - stats[0]) / stats[1]
+            features = jnp.concatenate([frames, normed, known])
+            frames = jnp.concatenate([frames, normed])[obs_size:]
+            x = policy.policy_input(features, prev_action, reward, prev_done)
+            action, pcarry = policy.apply(params, x, pcarry, jax.random.key(0))
+            return action, (pcarry, action, reward, prev_done, frames)
+
+        def initial():
+            stack = obs_size * (rollout.frame_stack - 1)
+            zero = jnp.zeros((), jnp.float32)
+            return (policy.initial_carry(), policy.head.zero_action(), zero, zero,
+                    jnp.zeros((stack,), jnp.float32))  # fmt: skip
+
+        self._step = jax.jit(step)
+        self._initial = initial
+        self._carry = initial()
+
+    def reset(self) -> None:
+        """Forget the previous episode (recurrent state, stacked frames, previous action)."""
+        self._carry = self._initial()
+
+    def act(self, observation: Any, reward: float = 0.0) -> np.ndarray:
+        action, self._carry = self._step(
+            self.params, self._carry, np.asarray(observation, np.float32), np.float32(reward)
+        )
+        return np.asarray(action)
+
+
+def load_policy(run_dir: str | Path, which: str = "final", seed: int = 0) -> Controller:
+    """The final (search mean) or best evaluated policy of seed index ``seed`` of a run."""
+    from esjax.config import parse_task
+    from esjax.rollout import ObsStats
+    from esjax.tasks import make_rollout
+
+    config = read_run_config(run_dir)
+    task = parse_task(config["task"], f"{run_dir}/{CONFIG}")
+    _, flat, stats = read_policy(run_dir, which, seed)
+    rollout = make_rollout(task, deterministic=True, source=f"{run_dir}/{CONFIG}")
+    import jax
+    from jax.flatten_util import ravel_pytree
+
+    template = rollout.init_params(jax.random.key(0))
+    flat_template, unravel = ravel_pytree(template)
+    if flat.shape != flat_template.shape:
+        raise ConfigError(
+            f"{run_dir}: saved policy has {flat.size} parameters, the task's policy needs "
+            f"{flat_template.size}"
+        )
+    params = unravel(jax.numpy.asarray(flat))
+    obs_stats = ObsStats(*(jax.numpy.asarray(s) for s in stats)) if stats is not None else None
+    return Controller(task, params, obs_stats, rollout)

@@ -1,0 +1,250 @@
+"""The compiled generation loop: one compilation, block-independent results, seeds, keys."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from gymnax.environments.classic_control.pendulum import Pendulum
+
+from esjax.engine import (
+    generation_keys,
+    group_keys,
+    make_engine,
+    norm_init,
+    norm_stats,
+    norm_update,
+    seed_keys,
+)
+from esjax.policies import MLP
+from esjax.rollout import PopulationRollout, RolloutResult
+from esjax.strategies import build_strategy, load_strategy
+
+ROOT = Path(__file__).resolve().parents[1]
+POP, STEPS, EPISODES = 8, 16, 4
+
+
+def small_engine(env="Pendulum-v1", normalize_obs=True, block=4, strategy="open_es"):
+    rollout = PopulationRollout(env, MLP(hidden=(8,)), STEPS)
+    spec = load_strategy(strategy, {"popsize": POP})
+    return make_engine(
+        rollout,
+        rollout,
+        lambda n: build_strategy(spec, n),
+        block=block,
+        eval_episodes=EPISODES,
+        normalize_obs=normalize_obs,
+    )
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return small_engine()
+
+
+def leaves(tree):
+    return [np.asarray(x) for x in jax.tree.leaves(jax.device_get(tree))]
+
+
+def assert_same(a, b):
+    for x, y in zip(leaves(a), leaves(b), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_block_compiles_once_and_boundaries_do_not_matter(engine):
+    seeds = jnp.arange(1)
+    start = engine.init(seeds)
+    # 6 generations as 4 + 2, as 2 + 2 + 2, and as 1 + 3 + 2: one program, identical results.
+    plans = [(4, 2), (2, 2, 2), (1, 3, 2)]
+    finals, rows = [], []
+    for plan in plans:
+        state, metrics = start, []
+        for n in plan:
+            state, m = engine.run_block(state, jnp.asarray(n, jnp.int32))
+            metrics.append(np.asarray(m["fitness_mean"])[:n, 0])
+        finals.append(state)
+        rows.append(np.concatenate(metrics))
+    assert engine.run_block._cache_size() == 1
+    for state, row in zip(finals[1:], rows[1:], strict=True):
+        assert_same(finals[0], state)
+        np.testing.assert_array_equal(rows[0], row)
+    assert int(finals[0].generation[0]) == 6
+    assert int(finals[0].strategy.generation_counter[0]) == 6
+
+
+def test_padded_steps_do_nothing(engine):
+    state = engine.init(jnp.arange(1))
+    same, metrics = engine.run_block(state, jnp.asarray(0, jnp.int32))
+    assert_same(state, same)
+    assert np.all(np.asarray(metrics["env_steps"]) == 0)
+
+
+def test_seed_vmap_matches_separate_runs(engine):
+    both = engine.init(jnp.arange(3, 5))
+    both, m_both = engine.run_block(both, jnp.asarray(3, jnp.int32))
+    for i, seed in enumerate((3, 4)):
+        one = engine.init(jnp.asarray([seed]))
+        one, m_one = engine.run_block(one, jnp.asarray(3, jnp.int32))
+        # Same computation per seed; a batch of 2 may round a last bit differently from 1.
+        for x, y in zip(leaves(both), leaves(one), strict=True):
+            np.testing.assert_allclose(x[i], y[0], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            np.asarray(m_both["fitness_mean"])[:3, i],
+            np.asarray(m_one["fitness_mean"])[:3, 0],
+            rtol=1e-5,
+        )
+    evaluation = engine.evaluate(both)
+    assert evaluation["eval_return"].shape == (2,)
+
+
+def _key_set(keys):
+    data = np.asarray(jax.random.key_data(keys)).reshape(-1, 2)
+    return {tuple(row) for row in data}
+
+
+def _episode_keys(rollout, key, members, episodes):
+    """Every key a population call uses: per-rollout keys and the per-episode split below them."""
+    per_rollout = rollout.rollout_keys(key, members, episodes).reshape(-1)
+    below = jax.vmap(lambda k: jax.random.split(k, 3))(per_rollout).reshape(-1)
+    return _key_set(per_rollout) | _key_set(below)
+
+
+def test_evaluation_keys_never_overlap_training_keys(engine):
+    state = engine.init(jnp.arange(2))
+    rollout = engine.rollout
+    for s in range(2):
+        training, key = set(), state.key[s]
+        for _ in range(5):
+            key, k_ask, k_rollout, k_tell = generation_keys(key)
+            training |= _key_set(jnp.stack([k_ask, k_tell]))
+            for k_group in group_keys(k_rollout, 4):  # as with env_groups = 4
+                training |= _episode_keys(rollout, k_group, POP, 1)
+        roots = seed_keys(s)
+        evaluation = _episode_keys(rollout, jax.random.wrap_key_data(state.eval_key[s]), 2, 16)
+        test = _episode_keys(rollout, roots["test"], 1, 16)
+        assert training and evaluation and test
+        assert not training & evaluation
+        assert not training & test
+        assert not evaluation & test
+    # The evaluation episodes are fixed: the same keys at every evaluation.
+    later, _ = engine.run_block(state, jnp.asarray(2, jnp.int32))
+    np.testing.assert_array_equal(later.eval_key, state.eval_key)
+
+
+def test_env_groups_share_starts_within_a_group_only():
+    engine = small_engine(strategy="open_es")
+    spec = load_strategy("open_es", {"popsize": POP, "env_groups": 2})
+    grouped = make_engine(
+        engine.rollout, engine.rollout, lambda n: build_strategy(spec, n), eval_episodes=EPISODES
+    )
+    # Every member is the same policy, so returns differ only through the episode starts.
+    params = jax.vmap(grouped.unravel)(jnp.zeros((POP, grouped.num_dims)))
+    returns = np.asarray(grouped.population_rollout(jax.random.key(0), params, None).returns[:, 0])
+    # Mirrored pairs (i, i + POP/2) share a group; groups are {0, 1, 4, 5} and {2, 3, 6, 7}.
+    first, second = returns[[0, 1, 4, 5]], returns[[2, 3, 6, 7]]
+    assert np.all(first == first[0]) and np.all(second == second[0])
+    assert first[0] != second[0]
+    state = grouped.init(jnp.arange(1))
+    state, _ = grouped.run_block(state, jnp.asarray(2, jnp.int32))
+    assert np.all(np.isfinite(np.asarray(state.strategy.mean)))
+
+
+def test_running_moments_match_pooled_moments():
+    rng = np.random.default_rng(0)
+    norm = norm_init(3)
+    observations = []
+    for _ in range(4):
+        lengths = rng.integers(1, 6, size=(5, 2))
+        obs = [rng.normal(2.0, 3.0, size=(n, 3)) for n in lengths.reshape(-1)]
+        observations.extend(obs)
+        result = RolloutResult(
+            returns=jnp.zeros((5, 2)),
+            lengths=jnp.asarray(lengths),
+            obs_sum=jnp.asarray(np.stack([o.sum(0) for o in obs]).reshape(5, 2, 3)),
+            obs_sq_sum=jnp.asarray(np.stack([(o * o).sum(0) for o in obs]).reshape(5, 2, 3)),
+        )
+        norm = norm_update(norm, result)
+    pooled = np.concatenate(observations)
+    stats = norm_stats(norm)
+    assert float(norm.count) == len(pooled)
+    np.testing.assert_allclose(stats.mean, pooled.mean(0), rtol=1e-4)
+    np.testing.assert_allclose(stats.std, pooled.std(0), rtol=1e-3)
+    fresh = norm_stats(norm_init(3))
+    np.testing.assert_array_equal(fresh.mean, 0.0)
+    np.testing.assert_array_equal(fresh.std, 1.0)
+
+
+class ExplodingPendulum(Pendulum):
+    """Pendulum whose reward is NaN whenever the torque is strongly positive."""
+
+    def step_env(self, key, state, action, params):
+        obs, state, reward, done, info = super().step_env(key, state, action, params)
+        bad = jnp.squeeze(action) > 1.0
+        return obs, state, jnp.where(bad, jnp.nan, reward), done, info
+
+
+def test_nan_returns_do_not_poison_the_run():
+    engine = small_engine(env=ExplodingPendulum(), normalize_obs=True)
+    # Large perturbations guarantee that some members (at times all) produce NaN returns.
+    state = engine.init(jnp.arange(1))
+    state = state.replace(strategy=state.strategy.replace(std=jnp.full((1,), 2.0)))
+    state = engine.place(state)
+    state, metrics = engine.run_block(state, jnp.asarray(3, jnp.int32))
+    nonfinite = np.asarray(metrics["nonfinite"])[:3, 0]
+    assert nonfinite.sum() > 0
+    floats = [x for x in leaves(state) if np.issubdtype(x.dtype, np.floating)]
+    assert all(np.all(np.isfinite(x)) for x in floats)
+    means = np.asarray(metrics["fitness_mean"])[:3, 0]
+    # A statistic over finite members only: NaN exactly when no member was finite.
+    np.testing.assert_array_equal(np.isnan(means), nonfinite == POP)
+
+
+def test_observations_are_normalised_from_training_rollouts_only(engine):
+    state = engine.init(jnp.arange(1))
+    assert float(state.norm.count[0]) == 0
+    after, metrics = engine.run_block(state, jnp.asarray(2, jnp.int32))
+    # Every valid training step is counted once; evaluation does not update the statistics.
+    assert float(after.norm.count[0]) == float(np.asarray(metrics["env_steps"])[:2, 0].sum())
+    engine.evaluate(after)
+    assert float(after.norm.count[0]) == float(np.asarray(metrics["env_steps"])[:2, 0].sum())
+
+
+def test_two_cpu_devices_with_seeds(tmp_path):
+    """The sharded rollout inside the scanned, seed-vmapped loop (a fresh process: 2 devices)."""
+    script = textwrap.dedent(
+        f"""
+        import esjax
+        esjax.use_cpu_cores(2)
+        import jax, jax.numpy as jnp, numpy as np
+        assert len(jax.devices()) == 2
+        from esjax.evolve import evolve
+        from esjax.runs import load_metrics
+        common = dict(popsize={POP}, seeds=2, overrides=[
+            "episode_length={STEPS}", "policy.hidden=[8]", "evaluation.every=2",
+            "evaluation.episodes={EPISODES}", "normalize_obs=true"])
+        a = evolve("pendulum", generations=4, out=r"{tmp_path}/a", **common)
+        b = evolve("pendulum", generations=2, out=r"{tmp_path}/b", **common)
+        b = evolve("pendulum", generations=4, out=r"{tmp_path}/b", resume=True)
+        ra, rb = load_metrics(a.run_dir), load_metrics(b.run_dir)
+        strip = lambda rows: [{{k: v for k, v in r.items() if k != "wall_s"}} for r in rows]
+        assert strip(ra) == strip(rb), (ra, rb)
+        assert {{r["seed"] for r in ra}} == {{0, 1}}
+        assert a.final_eval_return == b.final_eval_return
+        from esjax.evolve import build_engine, _ENGINES
+        (task, engine), = {{id(v): v for v in _ENGINES.values()}}.values()
+        assert engine.run_block._cache_size() == 1, engine.run_block._cache_size()
+        print("ok")
+        """
+    )
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ok" in done.stdout

@@ -1,0 +1,100 @@
+"""Task presets: every shipped one loads; a broken one fails in one line saying where and why."""
+
+from __future__ import annotations
+
+import pytest
+
+from esjax import presets
+from esjax.config import ConfigError, apply_overrides, parse_task
+
+REQUIRED_TASKS = ("pendulum", "cartpole", "acrobot", "mountaincar-continuous")
+
+
+def load(name_or_path: str, overrides=()):
+    _, raw, source = presets.locate("task", name_or_path)
+    return parse_task(apply_overrides(raw, overrides), source)
+
+
+def test_required_presets_are_shipped():
+    assert set(REQUIRED_TASKS) <= set(presets.names("task"))
+
+
+@pytest.mark.parametrize("name", presets.names("task"))
+def test_every_task_preset_loads_and_names_real_env_params(name):
+    from esjax.rollout import make_env
+    from esjax.tasks import check_param_names, fixed_env_params
+
+    task = load(name)
+    assert task.description, f"{name} needs a one-line description for `esjax list`"
+    _, default_params = make_env(task.env)
+    params = fixed_env_params(task, default_params, name)
+    for split, dists in [("env_sampler", task.env_sampler), *task.splits.items()]:
+        check_param_names(list(dists), params, f"{name}: {split}")
+    if task.episode_length is not None:
+        assert task.episode_length <= int(params.max_steps_in_episode)
+
+
+@pytest.mark.parametrize(
+    ("name", "threshold"),
+    [("cartpole", 475.0), ("acrobot", -100.0), ("mountaincar-continuous", 90.0)],
+)
+def test_solve_thresholds(name, threshold):
+    assert load(name).solved_return == threshold
+
+
+def test_describe_gives_one_line_per_preset():
+    for kind in ("task", "strategy"):
+        rows = presets.describe(kind)
+        assert [name for name, _ in rows] == presets.names(kind)
+        assert all("\n" not in text for _, text in rows)
+
+
+def test_unknown_preset_lists_valid_names():
+    with pytest.raises(ConfigError) as info:
+        presets.locate("task", "pendulm")
+    message = str(info.value)
+    assert "did you mean 'pendulum'" in message
+    for name in REQUIRED_TASKS:
+        assert name in message
+
+
+def write(tmp_path, text: str):
+    path = tmp_path / "task.toml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('env = "Pendulum-v1"\nepisode_lenght = 10\n', ["episode_lenght", "'episode_length'"]),
+        ('env = "Pendulum-v1"\n[policy]\nhiden = [8]\n', ["policy", "'hidden'"]),
+        ('env = "Pendulum-v1"\nrollouts = "two"\n', ["rollouts", "expected an integer"]),
+        ('env = "Pendulum-v1"\nrollouts = 0\n', ["rollouts", "must be positive"]),
+        ('env = "Pendulum-v1"\nsolved_return = "high"\n', ["solved_return", "expected a number"]),
+        ('env = "Pendulum-v1"\n[evaluation]\nevery = -1\n', ["evaluation.every", "positive"]),
+        ('env = "Pendulum-v1"\n[policy]\nkind = "lstn"\n', ["policy.kind", "'lstm'"]),
+        ("rollouts = 2\n", ["missing required key 'env'"]),
+        ('env = "Pendulum-v1"\nrollouts = \n', ["not valid TOML"]),
+    ],
+)
+def test_broken_preset_is_one_line_naming_file_and_key(tmp_path, text, expected):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(path)
+    for part in expected:
+        assert part in message
+
+
+def test_set_overrides_any_field_and_is_validated():
+    task = load("cartpole", ["policy.hidden=[8]", "evaluation.every=2", "solved_return=400"])
+    assert task.policy.hidden == (8,)
+    assert task.evaluation.every == 2
+    assert task.solved_return == 400.0
+    with pytest.raises(ConfigError, match="did you mean 'generations'"):
+        load("cartpole", ["generation=3"])
+    with pytest.raises(ConfigError, match="expected key=value"):
+        load("cartpole", ["generations"])
