@@ -25,6 +25,9 @@ esjax.use_cpu_cores()  # before JAX starts: one CPU device per core
 import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import Mesh, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from esjax import PopulationRollout  # noqa: E402
 from esjax.policies import MLP  # noqa: E402
@@ -97,8 +100,11 @@ def make_contenders(popsize: int, rollouts: int, steps: int):
     def problem_fn(k, p):
         return problem.eval(k, p, problem_state)[0]
 
+    # esjax's engine asks for the population inside its jitted loop, replicated on the devices
+    # it shards over; the peers are single-device programs and get theirs on the default one.
+    replicated = NamedSharding(Mesh(np.array(esjax_ro.devices), ("population",)), P())
     return {
-        "esjax": (jax.jit(esjax_fn), (key, pop)),
+        "esjax": (jax.jit(esjax_fn), (key, jax.device_put(pop, replicated))),
         "esjax, one device": (jax.jit(esjax_one_fn), (key, pop)),
         "gymnax RolloutWrapper": (jax.jit(wrapper_fn), (key, peer_params)),
         "evosax GymnaxProblem": (jax.jit(problem_fn), (key, peer_params)),
