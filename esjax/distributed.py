@@ -23,3 +23,55 @@ def use_cpu_cores(count: int | None = None) -> int:
         # Backends already started: keep what is there rather than fail a running program.
         return len(jax.devices("cpu"))
     return count
+
+
+ENV_COORDINATOR = "ESJAX_COORDINATOR"
+ENV_NUM_PROCESSES = "ESJAX_NUM_PROCESSES"
+ENV_PROCESS_ID = "ESJAX_PROCESS_ID"
+# A peer that has sent no heartbeat for this long is declared lost and every process stops with
+# an error (JAX's coordination service), instead of waiting forever in a collective.
+HEARTBEAT_TIMEOUT_S = 30
+
+
+def initialize(
+    coordinator: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    *,
+    initialization_timeout: int = 120,
+    heartbeat_timeout_seconds: int = HEARTBEAT_TIMEOUT_S,
+) -> bool:
+    """Join a multi-process run through ``jax.distributed.initialize``; False when single-process.
+
+    Arguments default to ``ESJAX_COORDINATOR`` (``HOST:PORT`` of process 0),
+    ``ESJAX_NUM_PROCESSES`` and ``ESJAX_PROCESS_ID``. On CPU the cross-process collectives go
+    through gloo. Afterwards ``jax.devices()`` lists every process's devices and the population
+    mesh spans them all. Must run before JAX starts its backends.
+    """
+    coordinator = coordinator or os.environ.get(ENV_COORDINATOR) or None
+    if num_processes is None and os.environ.get(ENV_NUM_PROCESSES):
+        num_processes = int(os.environ[ENV_NUM_PROCESSES])
+    if process_id is None and os.environ.get(ENV_PROCESS_ID):
+        process_id = int(os.environ[ENV_PROCESS_ID])
+    if coordinator is None:
+        if num_processes not in (None, 1) or process_id not in (None, 0):
+            raise ValueError("a multi-process run needs the coordinator address (HOST:PORT)")
+        return False
+    if num_processes is None or process_id is None:
+        raise ValueError("a multi-process run needs both num_processes and process_id")
+    if not 0 <= int(process_id) < int(num_processes):
+        raise ValueError(f"process_id must be in [0, {num_processes}), got {process_id}")
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        coordinator_address=coordinator,
+        num_processes=int(num_processes),
+        process_id=int(process_id),
+        initialization_timeout=int(initialization_timeout),
+        heartbeat_timeout_seconds=int(heartbeat_timeout_seconds),
+    )
+    return True
+
+
+def is_main_process() -> bool:
+    """True in the process that writes the run directory (process 0; the only one when alone)."""
+    return jax.process_index() == 0

@@ -46,6 +46,19 @@ class Interrupted(Exception):
         )
 
 
+class LostProcess(RuntimeError):
+    """A multi-process run lost a peer; the last checkpoint in the run directory resumes it."""
+
+    def __init__(self, run_dir: str | Path, generation: int, cause: Exception):
+        self.run_dir = Path(run_dir)
+        self.generation = generation
+        super().__init__(
+            f"lost a process of this multi-process run after generation {generation} ({cause}); "
+            f"restart every process with `esjax evolve --resume --out {self.run_dir}` "
+            "(same --coordinator/--num-processes) to continue from the last checkpoint"
+        )
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """What a finished run reached; returns are means over seeds."""
@@ -87,10 +100,12 @@ def resolve_config(
     overrides: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The resolved, JSON-able config of a new run (what ``config.json`` holds)."""
-    from esjax.strategies import load_strategy
+    from esjax.strategies import load_strategy, resolve_popsize
+    from esjax.tasks import check_task
 
     overrides = list(overrides)
     name, task_config, raw = _load_task(task, overrides)
+    check_task(task_config, name)
     strategy_name = strategy or task_config.strategy
     # A task's strategy_settings are tuned for its own strategy; with another strategy only the
     # settings given explicitly as overrides apply.
@@ -106,6 +121,8 @@ def resolve_config(
     ):
         if value is not None and (not isinstance(value, int) or value <= 0):
             raise ConfigError(f"{label} must be a positive integer, got {value!r}")
+    if (popsize or task_config.popsize) is not None:
+        resolve_popsize(spec, 1, popsize or task_config.popsize)  # odd for a mirrored ES, ...
     if not isinstance(seeds, int) or seeds <= 0:
         raise ConfigError(f"seeds must be a positive integer, got {seeds!r}")
     if not isinstance(seed, int) or seed < 0:
@@ -252,6 +269,9 @@ def evolve(
 
     from esjax.engine import from_host, to_host
 
+    # In a multi-process run every process computes the same replicated state; only process 0
+    # writes the run directory (the others read it to resume).
+    writer = jax.process_index() == 0
     if resume:
         if out is None:
             raise ConfigError("resume needs the run directory (out=...)")
@@ -273,9 +293,10 @@ def evolve(
             seeds=seeds,
             overrides=overrides,
         )
-        run_dir = runs.prepare_run_dir(
-            out if out is not None else _default_run_dir(config), resume=False, overwrite=overwrite
-        )
+        run_dir = out if out is not None else _default_run_dir(config)
+        if writer:
+            run_dir = runs.prepare_run_dir(run_dir, resume=False, overwrite=overwrite)
+        run_dir = Path(run_dir)
 
     start = time.perf_counter()
     task_config, engine = build_engine(config)
@@ -311,7 +332,8 @@ def evolve(
             best_obs=(best_mean, best_std) if engine.normalize_obs else None,
             best_generation=best_generation,
         )
-        runs.truncate_metrics(run_dir, host.generation)
+        if writer:
+            runs.truncate_metrics(run_dir, host.generation)
     else:
         state = template
         flat = np.asarray(state.strategy.mean)
@@ -325,14 +347,18 @@ def evolve(
             best_obs=obs,
             best_generation=np.zeros(num_seeds, np.int64),
         )
-    runs.write_json(run_dir / runs.CONFIG, config)
+    if writer:
+        runs.write_json(run_dir / runs.CONFIG, config)
     wall_offset = host.wall_s
     last_checkpoint = time.perf_counter()
+    saved_generation = host.generation if resume else None
 
     def wall() -> float:
         return wall_offset + time.perf_counter() - start
 
     def commit_files(state, host) -> None:
+        if not writer:
+            return
         _save_policies(run_dir, engine, state, host)
         leaves = [
             *to_host(state),
@@ -341,6 +367,8 @@ def evolve(
             np.asarray(host.best_generation, np.int64),
         ]
         runs.save_checkpoint(run_dir, {**host.meta(), "config": config}, leaves)
+        nonlocal saved_generation
+        saved_generation = host.generation
 
     try:
         while host.generation < total:
@@ -355,7 +383,8 @@ def evolve(
                 evaluation = jax.device_get(engine.evaluate(new_state))
             now = wall()
             rows, env_steps = _rows(metrics, n, g, host, now, evaluation, seed_ids)
-            runs.append_metrics(run_dir, rows)
+            if writer:
+                runs.append_metrics(run_dir, rows)
             best = _update_best(engine, new_state, host, evaluation, end)
             host = _Host(end, env_steps, now, *best)
             state = new_state
@@ -370,10 +399,25 @@ def evolve(
                     on_progress(
                         {**row, "generations": total, "seed": int(row.get("seed", seed_ids[0]))}
                     )
+    except jax.errors.JaxRuntimeError as error:
+        # A collective with a dead peer fails (gloo: connection reset) rather than hanging; the
+        # checkpoint on disk is the last one written, so the run resumes from there.
+        if jax.process_count() > 1:
+            raise LostProcess(run_dir, host.generation, error) from error
+        raise
     except KeyboardInterrupt:
-        runs.truncate_metrics(run_dir, host.generation)
+        if writer:
+            runs.truncate_metrics(run_dir, host.generation)
         commit_files(state, host)
         raise Interrupted(run_dir, host.generation) from None
+    except OSError as err:  # disk full, directory turned read-only: keep the last checkpoint
+        kept = (
+            "no checkpoint was written"
+            if saved_generation is None
+            else f"the checkpoint of generation {saved_generation} is kept; resume from it"
+        )
+        reason = err.strerror or str(err)
+        raise runs.StorageError(f"{run_dir}: cannot write ({reason}); {kept}") from err
 
     final = jax.device_get(engine.evaluate(state))
     final_return = float(np.mean(final["eval_return"]))
@@ -388,6 +432,8 @@ def evolve(
         best_eval_return=best_return,
         solved_threshold=task_config.solved_return,
     )
+    if not writer:
+        return summary
     runs.write_json(
         run_dir / runs.SUMMARY,
         {

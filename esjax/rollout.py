@@ -111,8 +111,9 @@ class PopulationRollout:
             antithetic pairs are compared on the same starts. ``False`` gives each member its own.
         deterministic: greedy actions for discrete heads (sampled otherwise).
         chunk_size: members evaluated together; ``None`` picks a cache-sized chunk.
-        devices: devices to shard the population over (default: all local devices). A CPU host
-            shows one device per core after :func:`esjax.use_cpu_cores`.
+        devices: devices to shard the population over (default: all devices, every process's
+            in a multi-process run). A CPU host shows one device per core after
+            :func:`esjax.use_cpu_cores`.
         param_inputs: env parameter names whose values are appended to every observation the
             policy sees (an oracle that knows the variant it is given).
         frame_stack: the policy sees the last ``frame_stack`` observations (zeros before the
@@ -141,7 +142,7 @@ class PopulationRollout:
         self.common_env_keys = common_env_keys
         self.deterministic = deterministic
         self.chunk_size = chunk_size
-        self.devices = list(devices) if devices is not None else jax.local_devices()
+        self.devices = list(devices) if devices is not None else jax.devices()
         if episode_length is None:
             episode_length = int(self.env_params.max_steps_in_episode)
         if int(episode_length) <= 0:

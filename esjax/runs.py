@@ -5,6 +5,7 @@ A run directory holds::
     config.json            the resolved config (task table, strategy, popsize, seeds, ...)
     metrics.jsonl          one JSON object per generation (and seed)
     checkpoint.msgpack     everything needed to continue the run
+    checkpoint.prev.msgpack  the checkpoint before it, used when the newest one is damaged
     final_policy.msgpack   the search mean at the last checkpoint, per seed
     best_policy.msgpack    the best evaluated parameters so far, per seed
     summary.json           written when the run finishes
@@ -12,17 +13,20 @@ A run directory holds::
 Binary files are msgpack (``flax.serialization``), never pickle, wrapped with a SHA-256 of
 their payload so a torn or edited file is refused rather than half-loaded. Every file is
 written to a temporary name, fsynced and renamed, so a crash leaves the old version or the new
-one, never a mix. This module uses NumPy only; JAX is imported when a policy is loaded.
+one, never a mix. Only the names above are ever read: a pickle left in a run directory is
+reported and ignored. This module uses NumPy only; JAX is imported when a policy is loaded.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -35,10 +39,18 @@ from esjax.config import ConfigError
 CONFIG = "config.json"
 METRICS = "metrics.jsonl"
 CHECKPOINT = "checkpoint.msgpack"
+PREV_CHECKPOINT = "checkpoint.prev.msgpack"
+DAMAGED_CHECKPOINT = "checkpoint.damaged.msgpack"
 SUMMARY = "summary.json"
 POLICIES = {"final": "final_policy.msgpack", "best": "best_policy.msgpack"}
 _FORMAT = "esjax"
 _VERSION = 1
+# Files that unpickle (and so can run code) when loaded; esjax never reads them.
+_PICKLE_SUFFIXES = (".pkl", ".pickle", ".pck", ".joblib", ".dill")
+
+
+class StorageError(ConfigError):
+    """The run directory cannot be written (read-only, disk full); the last checkpoint is kept."""
 
 
 # ---------------------------------------------------------------------------- atomic files
@@ -125,8 +137,11 @@ def prepare_run_dir(path: str | Path, *, resume: bool, overwrite: bool) -> Path:
     """Check (and create) a run directory for a new run or a resumed one."""
     path = Path(path)
     if resume:
-        if not is_run_dir(path) or not (path / CHECKPOINT).is_file():
+        if not is_run_dir(path) or not any(
+            (path / name).is_file() for name in (CHECKPOINT, PREV_CHECKPOINT)
+        ):
             raise ConfigError(f"{path}: not an esjax run with a checkpoint; nothing to resume")
+        check_writable(path)
         return path
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{path} exists and is not a directory")
@@ -136,19 +151,62 @@ def prepare_run_dir(path: str | Path, *, resume: bool, overwrite: bool) -> Path:
         if not is_run_dir(path):
             raise ConfigError(f"{path} is not an esjax run directory; refusing to overwrite it")
         shutil.rmtree(path)
-    path.mkdir(parents=True, exist_ok=True)
+    created = not path.exists()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        check_writable(path)
+    except (OSError, StorageError) as err:
+        if created and path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
+        if isinstance(err, StorageError):
+            raise
+        raise StorageError(f"{path}: cannot create the run directory: {_reason(err)}") from None
     return path
+
+
+def check_writable(path: str | Path) -> None:
+    """Write and remove a probe file, so a read-only or full disk fails before any compiling."""
+    probe = None
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".esjax-write-test.", dir=path)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(b"esjax\n" * 512)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.unlink(probe)
+    except OSError as err:
+        if probe is not None:
+            Path(probe).unlink(missing_ok=True)
+        raise StorageError(f"{path}: cannot write to the run directory: {_reason(err)}") from None
+
+
+def _reason(err: OSError) -> str:
+    return err.strerror or str(err) or type(err).__name__
 
 
 def read_run_config(run_dir: str | Path) -> dict[str, Any]:
     """The resolved config a run was started with (``config.json``)."""
+    warn_about_pickles(run_dir)
     path = Path(run_dir) / CONFIG
     try:
         return json.loads(path.read_text())
     except FileNotFoundError as err:
         raise ConfigError(f"{run_dir}: not an esjax run directory (no {CONFIG})") from err
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: not valid JSON: {err}") from err
+
+
+def warn_about_pickles(run_dir: str | Path) -> list[Path]:
+    """Pickle files in a run directory: never loaded (unpickling runs code), only reported."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    found = sorted(p for p in run_dir.iterdir() if p.suffix.lower() in _PICKLE_SUFFIXES)
+    for path in found:
+        warnings.warn(
+            f"{path}: ignored; esjax never loads pickle files (they can run code)", stacklevel=3
+        )
+    return found
 
 
 # ---------------------------------------------------------------------------- metrics
@@ -195,13 +253,62 @@ def truncate_metrics(run_dir: str | Path, generation: int) -> None:
 
 # ---------------------------------------------------------------------------- checkpoints
 def save_checkpoint(run_dir: str | Path, meta: dict[str, Any], leaves: list[np.ndarray]) -> None:
+    """Write a checkpoint, keeping the one it replaces as ``checkpoint.prev.msgpack``.
+
+    The old checkpoint is hard-linked (or copied) to the previous name through a temporary
+    name and a rename before the new one replaces it, so at every instant both names hold a
+    complete file (or the previous name does not exist yet).
+    """
+    run_dir = Path(run_dir)
     arrays = {f"{i:05d}": leaf for i, leaf in enumerate(leaves)}
-    atomic_write(Path(run_dir) / CHECKPOINT, pack("checkpoint", meta, arrays))
+    data = pack("checkpoint", meta, arrays)
+    current = run_dir / CHECKPOINT
+    if current.is_file():
+        _keep_previous(current, run_dir / PREV_CHECKPOINT)
+    atomic_write(current, data)
+
+
+def _keep_previous(current: Path, previous: Path) -> None:
+    tmp = previous.with_name(f".{previous.name}.link.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(current, tmp)
+    except OSError:  # no hard links on this filesystem
+        atomic_write(previous, current.read_bytes())
+        return
+    try:
+        os.replace(tmp, previous)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(previous.parent)
 
 
 def load_checkpoint(run_dir: str | Path) -> tuple[dict[str, Any], list[np.ndarray]]:
-    """``(meta, state leaves in order)``."""
-    meta, arrays = unpack(Path(run_dir) / CHECKPOINT, "checkpoint")
+    """``(meta, state leaves in order)`` of the newest checkpoint that passes its checksum.
+
+    A missing, truncated or corrupted ``checkpoint.msgpack`` falls back, with a warning, to
+    ``checkpoint.prev.msgpack``; if that fails too, the newest file's error is raised.
+    """
+    run_dir = Path(run_dir)
+    try:
+        meta, arrays = unpack(run_dir / CHECKPOINT, "checkpoint")
+    except ConfigError as err:
+        previous = run_dir / PREV_CHECKPOINT
+        if not previous.is_file():
+            raise
+        try:
+            meta, arrays = unpack(previous, "checkpoint")
+        except ConfigError:
+            raise err from None
+        # Set the damaged file aside so the next save does not rotate it into the previous slot.
+        with contextlib.suppress(OSError):
+            os.replace(run_dir / CHECKPOINT, run_dir / DAMAGED_CHECKPOINT)
+        warnings.warn(
+            f"{err}; resuming from the previous checkpoint {previous.name} "
+            f"(generation {meta.get('generation')})",
+            stacklevel=2,
+        )
     return meta, [arrays[k] for k in sorted(arrays)]
 
 

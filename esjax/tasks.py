@@ -85,6 +85,38 @@ def split_sampler(config: TaskConfig, split: str | None) -> EnvParamsSampler | N
     return make_sampler(config.splits[split])
 
 
+def check_task(config: TaskConfig, source: str = "task") -> None:
+    """Fail before anything is written or compiled: env id, and every env parameter name.
+
+    Parameters are fields of the env's own ``EnvParams``, so a continuous-control setting
+    (``max_torque``, ``max_speed``) given to a discrete-action task (CartPole, Acrobot) is an
+    error that says the env's actions are discrete.
+    """
+    from esjax.rollout import make_env
+
+    try:
+        env, default_params = make_env(config.env)
+    except ConfigError as error:
+        raise ConfigError(f"{source}: env: {error}") from None
+    try:
+        _check_params(config, default_params, source)
+    except ConfigError as error:
+        space = env.action_space(default_params)
+        if hasattr(space, "n") and not hasattr(space, "low"):
+            raise ConfigError(f"{error} ({config.env} has discrete actions)") from None
+        raise
+
+
+def _check_params(config: TaskConfig, default_params: Any, source: str) -> Any:
+    env_params = fixed_env_params(config, default_params, source)
+    for split_name, dists in [("env_sampler", config.env_sampler), *config.splits.items()]:
+        check_param_names(list(dists), env_params, f"{source}: {split_name}")
+    check_param_names(
+        list(config.policy.param_inputs), env_params, f"{source}: policy.param_inputs"
+    )
+    return env_params
+
+
 def make_rollout(
     config: TaskConfig,
     *,
@@ -97,12 +129,7 @@ def make_rollout(
     from esjax.rollout import PopulationRollout, make_env
 
     env, default_params = make_env(config.env)
-    env_params = fixed_env_params(config, default_params, source)
-    for split_name, dists in [("env_sampler", config.env_sampler), *config.splits.items()]:
-        check_param_names(list(dists), env_params, f"{source}: {split_name}")
-    check_param_names(
-        list(config.policy.param_inputs), env_params, f"{source}: policy.param_inputs"
-    )
+    env_params = _check_params(config, default_params, source)
     return PopulationRollout(
         env,
         policy_spec(config.policy),

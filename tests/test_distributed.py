@@ -1,0 +1,187 @@
+"""Scale-out: a population sharded over 4 CPU devices, and a run spread over 2 processes."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from esjax.distributed import initialize
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+SMALL = ["episode_length=16", "policy.hidden=[8]", "evaluation.every=3", "evaluation.episodes=4",
+         "normalize_obs=true"]  # fmt: skip
+
+
+def _python(script: str, env: dict | None = None, timeout: float = 240):
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        env={**ENV, **(env or {})},
+        timeout=timeout,
+    )
+
+
+def test_sharded_population_matches_one_device():
+    """4 devices vs 1: returns and the search bit-identical, sums over members within 1e-5."""
+    script = """
+        import jax, jax.numpy as jnp, numpy as np
+        assert len(jax.devices()) == 4
+        from esjax.engine import make_engine
+        from esjax.policies import MLP
+        from esjax.rollout import PopulationRollout
+        from esjax.strategies import build_strategy, load_strategy
+        for popsize in (8, 6):  # 6 is padded to 8 on 4 devices
+            runs = []
+            for devices in (jax.devices()[:1], jax.devices()):
+                rollout = PopulationRollout("Pendulum-v1", MLP(hidden=(8,)), 16, devices=devices)
+                spec = load_strategy("open_es", {"popsize": popsize})
+                engine = make_engine(rollout, rollout, lambda n: build_strategy(spec, n),
+                                     block=3, eval_episodes=4, normalize_obs=True)
+                params = jax.vmap(engine.unravel)(
+                    jax.random.normal(jax.random.key(1), (popsize, engine.num_dims)))
+                returns = engine.population_rollout(jax.random.key(2), params, None).returns
+                state, metrics = engine.run_block(engine.init(jnp.arange(1)), jnp.int32(3))
+                runs.append((np.asarray(returns), jax.device_get(state), jax.device_get(metrics)))
+            (r1, s1, m1), (r4, s4, m4) = runs
+            assert r1.shape == (popsize, 1)
+            np.testing.assert_array_equal(r1, r4)
+            # The search itself (strategy state, best member) is bit-identical: the population is
+            # replicated and the gathered returns are the same bits. Sums over members (the
+            # observation moments, the metrics) add per-device partial sums: last bits differ.
+            exact = ((s1.strategy, s1.gen_best), (s4.strategy, s4.gen_best))
+            for a, b in zip(*map(jax.tree.leaves, exact), strict=True):
+                np.testing.assert_array_equal(a, b)
+            for a, b in zip(jax.tree.leaves((s1, m1)), jax.tree.leaves((s4, m4)), strict=True):
+                np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+        print("ok")
+    """
+    done = _python(script, {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ok" in done.stdout
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+WORKER = """
+    import sys
+    from esjax import distributed
+    distributed.use_cpu_cores({cores})
+    if {processes} > 1:
+        distributed.initialize("127.0.0.1:{port}", {processes}, int(sys.argv[1]))
+    import jax
+    assert len(jax.devices()) == 2, jax.devices()
+    from esjax.evolve import evolve
+    summary = evolve("pendulum", popsize=6, generations=3, out=r"{out}", overrides={small})
+    print("RESULT", jax.process_index(), summary.final_eval_return)
+"""
+
+
+def test_two_processes_match_one_process(tmp_path):
+    """2 processes x 1 device each give the same run as 1 process with 2 devices; only process 0
+    writes the run directory."""
+    from esjax.runs import load_metrics, read_policy
+
+    port = _free_port()
+    worker = WORKER.format(cores=1, processes=2, port=port, out=tmp_path / "multi", small=SMALL)
+    script = textwrap.dedent(worker)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(i)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=ENV,
+        )
+        for i in range(2)
+    ]
+    outputs = []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=240))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    for proc, (_, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err[-3000:]
+    single = _python(
+        WORKER.format(cores=2, processes=1, port=0, out=tmp_path / "single", small=SMALL)
+    )
+    assert single.returncode == 0, single.stderr[-3000:]
+    results = {
+        line.split()[2] for out, _ in outputs for line in out.splitlines() if "RESULT" in line
+    }
+    assert len(results) == 1 and single.stdout.split()[-1] in results
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]  # noqa: E731
+    assert strip(load_metrics(tmp_path / "multi")) == strip(load_metrics(tmp_path / "single"))
+    _, multi, _ = read_policy(tmp_path / "multi", "final", 0)
+    _, one, _ = read_policy(tmp_path / "single", "final", 0)
+    assert (multi == one).all()
+
+
+def test_initialize_needs_a_coordinator(monkeypatch):
+    for name in ("ESJAX_COORDINATOR", "ESJAX_NUM_PROCESSES", "ESJAX_PROCESS_ID"):
+        monkeypatch.delenv(name, raising=False)
+    assert initialize() is False  # single process: nothing to join
+    with pytest.raises(ValueError, match="coordinator"):
+        initialize(num_processes=2, process_id=0)
+    monkeypatch.setenv("ESJAX_COORDINATOR", "127.0.0.1:1")
+    with pytest.raises(ValueError, match="num_processes"):
+        initialize()
+    with pytest.raises(ValueError, match="process_id"):
+        initialize(num_processes=2, process_id=2)
+
+
+@pytest.mark.slow
+def test_a_lost_process_stops_the_run_with_a_clear_error(tmp_path):
+    """Kill one of two CLI processes mid-run: the other stops with a message, not a hang.
+
+    Which message depends on where the survivor is: in a collective, gloo fails at once and
+    esjax exits with code 3 and the resume command; otherwise JAX's coordination service aborts
+    it after the heartbeat timeout (30 s) with its own message.
+    """
+    import time
+
+    port = _free_port()
+    args = ["evolve", "pendulum", "--popsize", "8", "--generations", "100000",
+            "--out", str(tmp_path / "run"), "--coordinator", f"127.0.0.1:{port}",
+            "--num-processes", "2"] + [f"--set={s}" for s in SMALL[:-1]]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "esjax.cli", *args, "--process-id", str(i)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=ENV,
+        )
+        for i in range(2)
+    ]
+    try:
+        deadline = time.monotonic() + 180
+        while not (tmp_path / "run" / "checkpoint.msgpack").exists():
+            assert time.monotonic() < deadline and procs[0].poll() is None
+            time.sleep(0.5)
+        procs[1].kill()
+        killed = time.monotonic()
+        _, err = procs[0].communicate(timeout=90)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    assert time.monotonic() - killed < 60
+    if procs[0].returncode == 3:  # the dead peer broke a collective: esjax's own message
+        assert "lost a process" in err and "--resume" in err
+    else:  # killed between collectives: JAX's heartbeat check aborts the survivor
+        assert procs[0].returncode != 0, err[-3000:]
+        assert "stopped sending heartbeats" in err
