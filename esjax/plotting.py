@@ -155,7 +155,7 @@ def plot_groups(
             0.5, 0.5, "no evaluations yet", ha="center", va="center", transform=ax_eval.transAxes
         )
     ax_train.set_title("Training: population return", fontsize=10)
-    ax_eval.set_title("Evaluation: test return of the search mean", fontsize=10)
+    ax_eval.set_title("Evaluation: return of the search mean (held-out episodes)", fontsize=10)
     ax_train.set_ylabel("return")
     for ax in (ax_train, ax_eval):
         ax.set_xlabel(X_LABELS[x])
