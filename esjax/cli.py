@@ -408,11 +408,14 @@ def _finish_evolve(summary: Any, report: ProgressReport) -> None:
 
 def _test_saved_policies(run_dir: Path, seeds: int) -> dict[str, float]:
     """Mean test return over seeds of the final and the best saved policy, on fresh episodes."""
-    from esjax.evolve import evaluate_run
+    from esjax.evolve import evaluate_run, make_test_rollout
 
+    built = make_test_rollout(run_dir)  # one compile serves every policy and seed
     tested = {}
     for which in ("final", "best"):
-        returns = [evaluate_run(run_dir, which=which, seed=s)["mean"] for s in range(seeds)]
+        returns = [
+            evaluate_run(run_dir, which=which, seed=s, built=built)["mean"] for s in range(seeds)
+        ]
         tested[which] = sum(returns) / len(returns)
     return tested
 

@@ -547,19 +547,28 @@ def _save_policies(run_dir, engine, state, host) -> None:
 
 
 # ---------------------------------------------------------------------------- evaluation
-def evaluate_run(
-    run_dir: str | Path,
-    episodes: int = 128,
-    split: str | None = None,
-    seed: int = 0,
-    which: str = "final",
-) -> dict[str, Any]:
-    """Test returns of a saved policy on held-out episodes.
+def make_test_rollout(run_dir: str | Path, split: str | None = None):
+    """The run's config and a deterministic rollout of its task (and split) for testing."""
+    from esjax.tasks import make_rollout
 
-    Deterministic actions and the policy's frozen normalisation statistics; the episodes come
-    from the run's *test* key root, disjoint from both training and the evaluations that chose
-    the best policy. ``seed`` is the seed index within the run; ``split`` a task split
-    (default: the training distribution).
+    config = runs.read_run_config(run_dir)
+    task = parse_task(config["task"], f"{run_dir}/{runs.CONFIG}")
+    return config, make_rollout(task, split=split, deterministic=True, source=str(run_dir))
+
+
+def saved_policy_returns(
+    run_dir: str | Path,
+    episodes: int,
+    seed: int,
+    which: str,
+    built: tuple[dict, Any],
+    *,
+    zero: bool = False,
+) -> np.ndarray:
+    """Per-episode test returns of a saved policy through ``built = make_test_rollout(...)``.
+
+    Passing the built rollout lets callers test several policies or seeds with one compile.
+    ``zero`` sets every weight to zero (the zero-action baseline on the same episodes).
     """
     import jax
     import jax.numpy as jnp
@@ -567,19 +576,36 @@ def evaluate_run(
 
     from esjax.engine import seed_keys
     from esjax.rollout import ObsStats
-    from esjax.tasks import make_rollout
 
-    if not isinstance(episodes, int) or episodes <= 0:
-        raise ConfigError(f"episodes must be a positive integer, got {episodes!r}")
-    config = runs.read_run_config(run_dir)
-    task = parse_task(config["task"], f"{run_dir}/{runs.CONFIG}")
+    config, rollout = built
     _, flat, stats = runs.read_policy(run_dir, which, seed)
-    rollout = make_rollout(task, split=split, deterministic=True, source=str(run_dir))
     _, unravel = ravel_pytree(rollout.init_params(jax.random.key(0)))
-    params = jax.tree.map(lambda x: x[None], unravel(jnp.asarray(flat)))
+    flat = jnp.zeros_like(jnp.asarray(flat)) if zero else jnp.asarray(flat)
+    params = jax.tree.map(lambda x: x[None], unravel(flat))
     obs_stats = ObsStats(*(jnp.asarray(s) for s in stats)) if stats is not None else None
     key = seed_keys(int(config["seed"]) + seed)["test"]
-    returns = np.asarray(rollout.population(key, params, episodes, obs_stats).returns[0])
+    return np.asarray(rollout.population(key, params, episodes, obs_stats).returns[0])
+
+
+def evaluate_run(
+    run_dir: str | Path,
+    episodes: int = 128,
+    split: str | None = None,
+    seed: int = 0,
+    which: str = "final",
+    built: tuple[dict, Any] | None = None,
+) -> dict[str, Any]:
+    """Test returns of a saved policy on held-out episodes.
+
+    Deterministic actions and the policy's frozen normalisation statistics; the episodes come
+    from the run's *test* key root, disjoint from both training and the evaluations that chose
+    the best policy. ``seed`` is the seed index within the run; ``split`` a task split
+    (default: the training distribution); ``built`` a :func:`make_test_rollout` to reuse.
+    """
+    if not isinstance(episodes, int) or episodes <= 0:
+        raise ConfigError(f"episodes must be a positive integer, got {episodes!r}")
+    built = built or make_test_rollout(run_dir, split)
+    returns = saved_policy_returns(run_dir, episodes, seed, which, built)
     return {
         "mean": float(np.mean(returns)),
         "std": float(np.std(returns)),

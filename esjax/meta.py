@@ -34,14 +34,10 @@ def normalised(value: float, zero: float, oracle: float) -> float:
 
 
 def _test_rollout(run_dir: str | Path, split: str | None, lesion: bool):
-    from esjax import runs
-    from esjax.config import parse_task
+    from esjax.evolve import make_test_rollout
     from esjax.policies import memory_lesion
-    from esjax.tasks import make_rollout
 
-    config = runs.read_run_config(run_dir)
-    task = parse_task(config["task"], f"{run_dir}/{runs.CONFIG}")
-    rollout = make_rollout(task, split=split, deterministic=True, source=str(run_dir))
+    config, rollout = make_test_rollout(run_dir, split)
     if lesion:
         # Swapped before the first call, so the jitted rollouts trace the lesioned policy.
         rollout.policy = memory_lesion(rollout.policy)
@@ -65,22 +61,10 @@ def evaluate_policy(
     ``zero``: every weight set to zero, so the action is zero (zero torque) whatever the input:
     the normalised score's floor, on exactly the episodes the policy is tested on.
     """
-    import jax
-    import jax.numpy as jnp
-    from jax.flatten_util import ravel_pytree
+    from esjax.evolve import saved_policy_returns
 
-    from esjax import runs
-    from esjax.engine import seed_keys
-    from esjax.rollout import ObsStats
-
-    config, rollout = _rollout or _test_rollout(run_dir, split, lesion)
-    _, flat, stats = runs.read_policy(run_dir, which, seed)
-    _, unravel = ravel_pytree(rollout.init_params(jax.random.key(0)))
-    flat = jnp.zeros_like(jnp.asarray(flat)) if zero else jnp.asarray(flat)
-    params = jax.tree.map(lambda x: x[None], unravel(flat))
-    obs_stats = ObsStats(*(jnp.asarray(s) for s in stats)) if stats is not None else None
-    key = seed_keys(int(config["seed"]) + seed)["test"]
-    return np.asarray(rollout.population(key, params, episodes, obs_stats).returns[0])
+    built = _rollout or _test_rollout(run_dir, split, lesion)
+    return saved_policy_returns(run_dir, episodes, seed, which, built, zero=zero)
 
 
 def run_seeds(run_dir: str | Path) -> int:
