@@ -53,5 +53,6 @@ def describe(kind: str) -> list[tuple[str, str]]:
     rows = []
     for name in names(kind):
         _, raw, _ = locate(kind, name)
-        rows.append((name, str(raw.get("description", "")).strip().splitlines()[0:1] or [""]))
-    return [(name, text[0]) for name, text in rows]
+        lines = str(raw.get("description", "")).strip().splitlines()
+        rows.append((name, lines[0] if lines else ""))
+    return rows
