@@ -426,6 +426,8 @@ def _test_saved_policies(run_dir: Path, seeds: int) -> dict[str, float]:
         "esjax eval runs/pendulum",
         "esjax eval runs/pendulum --episodes 512 --json",
         "esjax eval runs/meta-pendulum --split test --which best",
+        "esjax eval runs/meta-pendulum --grid",
+        "esjax eval runs/meta-pendulum --grid-axis m=0.25:4:9 --grid-axis l=0.5,1,2 --out ml.json",
     ),
 )
 @handles_errors
@@ -433,7 +435,9 @@ def eval_(
     run: Annotated[
         Path, typer.Argument(metavar="RUN", help="A run directory written by esjax evolve.")
     ],
-    episodes: Annotated[int, typer.Option("--episodes", "-n", min=1, help="Test episodes.")] = 128,
+    episodes: Annotated[
+        int, typer.Option("--episodes", "-n", min=1, help="Test episodes (per cell with --grid).")
+    ] = 128,
     split: Annotated[
         str | None,
         typer.Option(help="Env-parameter split to test on (a task's [splits]); default: train."),
@@ -447,9 +451,44 @@ def eval_(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of a table.")
     ] = False,
+    grid: Annotated[
+        bool,
+        typer.Option(
+            "--grid",
+            help="Test on every cell of a 2-D grid of env parameters (the task's [grid] table): "
+            "a table of mean returns, RUN/grid.json and a heatmap RUN/grid.png.",
+        ),
+    ] = False,
+    grid_axis: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--grid-axis",
+            metavar="NAME=LOW:HIGH:COUNT",
+            help="A grid axis instead of the task's: COUNT log-spaced values from LOW to HIGH, "
+            "or NAME=V1,V2,... Give two (rows, then columns); implies --grid.",
+        ),
+    ] = None,
+    out_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", "-o", help="--grid: the JSON to write (the heatmap goes next to it as .png)."
+        ),
+    ] = None,
+    overwrite: Annotated[
+        bool, typer.Option(help="--grid: replace an existing JSON and heatmap.")
+    ] = False,
 ) -> None:
-    """Test return of a run's saved policy: mean, std, min and max over fresh episodes."""
+    """Test return of a run's saved policy: mean, std, min and max over fresh episodes.
+
+    With `--grid`, the same test episodes on every cell of a grid of fixed env parameters
+    (e.g. mass x length), compiled once for the whole grid; the training range is outlined.
+    """
     _run_dir(run)
+    if grid or grid_axis:
+        _eval_grid(run, episodes, split, which, seed, as_json, grid_axis or (), out_file, overwrite)
+        return
+    if out_file is not None or overwrite:
+        raise ConfigError("--out and --overwrite go with --grid")
     from esjax.evolve import evaluate_run
 
     result = evaluate_run(run, episodes=episodes, split=split, seed=seed, which=which.value)
@@ -470,6 +509,62 @@ def eval_(
         *(_number(record[k], 2) for k in ("mean", "std", "min", "max")),
     )
     console.print(table)
+
+
+def _eval_grid(
+    run: Path,
+    episodes: int,
+    split: str | None,
+    which: Which,
+    seed: int,
+    as_json: bool,
+    specs: list[str] | tuple[str, ...],
+    out_file: Path | None,
+    overwrite: bool,
+) -> None:
+    """``eval --grid``: every check that needs no compile comes before the compile."""
+    from esjax import meta
+
+    if split is not None:
+        raise ConfigError("--split and --grid exclude each other: a grid pins the parameters")
+    json_path = out_file or run / "grid.json"
+    if json_path.suffix != ".json":
+        raise ConfigError(f"--out {json_path}: expected a .json file (the heatmap goes next to it)")
+    png_path = json_path.with_suffix(".png")
+    existing = [str(p) for p in (json_path, png_path) if p.exists()]
+    if existing and not overwrite:
+        raise ConfigError(f"{existing[0]} exists; pass --overwrite to replace it, or --out")
+    axes = meta.grid_axes(run, specs)
+    from esjax.plotting import plot_grid
+    from esjax.runs import write_json
+
+    record = meta.evaluate_grid(run, axes, episodes=episodes, seed=seed, which=which.value)
+    record["figure"] = png_path.name
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(json_path, record)
+    plot_grid(record, png_path)
+    if as_json:
+        sys.stdout.write(json.dumps(record) + "\n")
+        return
+    rows, cols = record["values"]
+    row_name, col_name = record["axes"]
+    table = Table(
+        title=f"mean test return of {run} ({which.value} policy, {episodes} episodes per cell)",
+        title_justify="left",
+        caption="bold: inside the training range",
+        caption_justify="left",
+    )
+    table.add_column(f"{row_name} \\ {col_name}", justify="right", style="cyan")
+    for value in cols:
+        table.add_column(f"{value:.3g}", justify="right")
+    for value, means, inside in zip(rows, record["mean"], record["in_training"], strict=True):
+        cells = [
+            Text(_number(m, 0), style="bold" if i else "dim")
+            for m, i in zip(means, inside, strict=True)
+        ]
+        table.add_row(f"{value:.3g}", *cells)
+    console.print(table)
+    console.print(f"wrote {json_path} and {png_path}", soft_wrap=True)
 
 
 def _plain(value: Any) -> Any:

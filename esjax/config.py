@@ -291,6 +291,17 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
+class GridAxis:
+    """One axis of ``esjax eval --grid``: an env parameter and the values it takes."""
+
+    param: str
+    values: tuple[float, ...]
+
+    def validate(self, where: str) -> None:
+        _require(len(self.values) > 0, _child(where, "values"), "needs at least one value")
+
+
+@dataclass(frozen=True)
 class TaskConfig:
     """One task preset (``tasks/NAME.toml``)."""
 
@@ -304,6 +315,8 @@ class TaskConfig:
     env_params: dict[str, float] = field(default_factory=dict)
     env_sampler: dict[str, ParamDistribution] = field(default_factory=dict)
     splits: dict[str, dict[str, ParamDistribution]] = field(default_factory=dict)
+    # ``rows`` and ``columns``: the default axes of ``esjax eval RUN --grid``.
+    grid: dict[str, GridAxis] = field(default_factory=dict)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     strategy: str = "open_es"
     strategy_settings: dict[str, Any] = field(default_factory=dict)
@@ -330,6 +343,17 @@ class TaskConfig:
             _child(where, "generations"),
             f"must be positive, got {self.generations}",
         )
+        if self.grid:
+            _require(
+                sorted(self.grid) == ["columns", "rows"],
+                _child(where, "grid"),
+                f"needs exactly 'rows' and 'columns', got {', '.join(map(repr, self.grid))}",
+            )
+            _require(
+                self.grid["rows"].param != self.grid["columns"].param,
+                _child(where, "grid"),
+                "rows and columns must be different parameters",
+            )
 
 
 def parse_task(raw: Mapping[str, Any], source: str) -> TaskConfig:

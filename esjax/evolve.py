@@ -570,6 +570,24 @@ def saved_policy_returns(
     Passing the built rollout lets callers test several policies or seeds with one compile.
     ``zero`` sets every weight to zero (the zero-action baseline on the same episodes).
     """
+    _, rollout = built
+    key, params, obs_stats = saved_policy_inputs(run_dir, seed, which, built, zero=zero)
+    return np.asarray(rollout.population(key, params, episodes, obs_stats).returns[0])
+
+
+def saved_policy_inputs(
+    run_dir: str | Path,
+    seed: int,
+    which: str,
+    built: tuple[dict, Any],
+    *,
+    zero: bool = False,
+) -> tuple[Any, Any, Any]:
+    """``(test key, params as a one-member population, obs stats)`` for ``rollout.population``.
+
+    Separate from :func:`saved_policy_returns` so that callers which batch the rollout
+    themselves (``esjax eval --grid``, one compile for every cell) test on the same episodes.
+    """
     import jax
     import jax.numpy as jnp
     from jax.flatten_util import ravel_pytree
@@ -584,7 +602,7 @@ def saved_policy_returns(
     params = jax.tree.map(lambda x: x[None], unravel(flat))
     obs_stats = ObsStats(*(jnp.asarray(s) for s in stats)) if stats is not None else None
     key = seed_keys(int(config["seed"]) + seed)["test"]
-    return np.asarray(rollout.population(key, params, episodes, obs_stats).returns[0])
+    return key, params, obs_stats
 
 
 def evaluate_run(

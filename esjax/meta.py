@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from esjax.config import ConfigError
+
 # Two-sided 95% Student-t quantiles by degrees of freedom (n - 1).
 _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
@@ -93,3 +95,204 @@ def seed_means(
         )
         for s in range(run_seeds(run_dir))
     ]
+
+
+# ---------------------------------------------------------------------------- grid evaluation
+# ``esjax eval RUN --grid``: the saved policy on every cell of a 2-D grid of fixed env
+# parameters, to see where in (m, l) it works and how far beyond its training box.
+GRID_AXES = 2
+_REL_TOL = 1e-6
+
+
+def parse_grid_axis(text: str) -> tuple[str, tuple[float, ...]]:
+    """``"m=0.5:3:8"`` (8 log-spaced values) or ``"m=0.5,1,2"`` (these values) -> name, values."""
+    where = f"--grid-axis {text!r}"
+    name, sep, spec = text.partition("=")
+    name, spec = name.strip(), spec.strip()
+    if not sep or not name or not spec:
+        raise ConfigError(f"{where}: expected NAME=LOW:HIGH:COUNT or NAME=V1,V2,...")
+    try:
+        if ":" in spec:
+            parts = spec.split(":")
+            if len(parts) != 3:
+                raise ValueError
+            low, high, count = float(parts[0]), float(parts[1]), int(parts[2])
+        else:
+            values = tuple(float(v) for v in spec.split(","))
+    except ValueError:
+        raise ConfigError(
+            f"{where}: expected NAME=LOW:HIGH:COUNT (COUNT an integer) or NAME=V1,V2,..."
+        ) from None
+    if ":" in spec:
+        if count < 1 or low <= 0 or high <= 0:
+            raise ConfigError(f"{where}: log spacing needs LOW > 0, HIGH > 0 and COUNT >= 1")
+        values = tuple(float(v) for v in np.geomspace(low, high, count))
+    if not all(math.isfinite(v) for v in values):
+        raise ConfigError(f"{where}: values must be finite numbers")
+    return name, tuple(sorted(set(values)))
+
+
+def grid_axes(run_dir: str | Path, specs: Sequence[str] = ()) -> dict[str, tuple[float, ...]]:
+    """The grid to test on: ``--grid-axis`` specs, else the task's ``[grid]`` table.
+
+    A run stores its task; runs made before the task had a ``[grid]`` table fall back to the
+    preset of the same name, so old runs get the grid their preset has now.
+    """
+    from esjax import runs
+
+    if specs:
+        axes = dict(parse_grid_axis(s) for s in specs)
+        if len(specs) != GRID_AXES or len(axes) != GRID_AXES:
+            raise ConfigError(
+                f"--grid-axis: give exactly two different parameters (rows, then columns), "
+                f"got {', '.join(specs)}"
+            )
+        return axes
+    from esjax.config import parse_task, to_dict
+
+    config = runs.read_run_config(run_dir)
+    task = config.get("task", {})
+    if "grid" in task:
+        grid = to_dict(parse_task(task, f"{run_dir}/{runs.CONFIG}").grid)
+    else:
+        grid = _preset_grid(config)
+    if not grid:
+        raise ConfigError(
+            f"task {config.get('task_name', '?')!r} has no grid: add a [grid] table to its preset "
+            '(rows = { param = "m", values = [0.5, 1, 2] } and columns likewise) or pass two '
+            "--grid-axis NAME=LOW:HIGH:COUNT"
+        )
+    return {
+        axis["param"]: tuple(sorted(float(v) for v in axis["values"]))
+        for axis in (grid["rows"], grid["columns"])
+    }
+
+
+def _preset_grid(config: dict[str, Any]) -> dict[str, Any]:
+    from esjax.config import parse_task, to_dict
+    from esjax.presets import locate
+
+    try:
+        _, raw, source = locate("task", str(config.get("task_name")))
+        preset = parse_task(raw, source)
+    except ConfigError:
+        return {}
+    return to_dict(preset.grid) if preset.env == config.get("task", {}).get("env") else {}
+
+
+def _inside(value: float, dist: Any, fixed: float) -> bool:
+    """Whether a value lies in what the training sampler draws (or equals the fixed value)."""
+
+    def between(v: float, low: float, high: float) -> bool:
+        slack = _REL_TOL * max(abs(low), abs(high), 1.0)
+        return low - slack <= v <= high + slack
+
+    if dist is None:
+        return between(value, fixed, fixed)
+    if dist.dist == "choice":
+        return between(value, min(dist.values), max(dist.values))
+    if dist.dist == "random_sign":
+        return between(abs(value), dist.low, dist.high)
+    return between(value, dist.low, dist.high)
+
+
+def _training_range(dist: Any, fixed: float) -> dict[str, Any]:
+    if dist is None:
+        return {"low": fixed, "high": fixed}
+    if dist.dist == "choice":
+        return {"low": min(dist.values), "high": max(dist.values)}
+    if dist.dist == "random_sign":
+        return {"low": dist.low, "high": dist.high, "either_sign": True}
+    return {"low": dist.low, "high": dist.high}
+
+
+def grid_returns(
+    run_dir: str | Path,
+    axes: dict[str, tuple[float, ...]],
+    episodes: int = 128,
+    seed: int = 0,
+    which: str = "final",
+    *,
+    _built: Any = None,
+) -> np.ndarray:
+    """Test returns on every grid cell, shape ``(rows, columns, episodes)``; one compile.
+
+    Each cell runs the same test episodes as :func:`esjax.evolve.evaluate_run` (same key
+    root, so the same start states) with the env parameters pinned to the cell's values.
+    The cells are a batch axis of one jitted program, not a Python loop of rollouts.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from esjax.evolve import make_test_rollout, saved_policy_inputs
+    from esjax.tasks import check_param_names
+
+    names = list(axes)
+    config, rollout = _built or make_test_rollout(run_dir)
+    check_param_names(names, rollout.env_params, "--grid")
+    key, params, obs_stats = saved_policy_inputs(run_dir, seed, which, (config, rollout))
+    dtypes = [jnp.result_type(getattr(rollout.env_params, n)) for n in names]
+    mesh = np.meshgrid(*(np.asarray(axes[n], np.float64) for n in names), indexing="ij")
+    cells = jnp.asarray(np.stack([m.reshape(-1) for m in mesh], axis=-1), jnp.float32)
+
+    # The rollout draws env params per episode through its sampler; here the sampler returns
+    # the cell's values, which are traced, so one compiled program covers every cell. The
+    # rollout is private to this call, so its jitted functions are traced only in here.
+    pinned: dict[str, Any] = {}
+    rollout.env_params_sampler = lambda _key, default: default.replace(**pinned)
+
+    def cell_returns(values, key, params, obs_stats):
+        pinned.update({n: values[i].astype(dtypes[i]) for i, n in enumerate(names)})
+        return rollout.population(key, params, episodes, obs_stats).returns[0]
+
+    batched = jax.jit(jax.vmap(cell_returns, in_axes=(0, None, None, None)))
+    try:
+        returns = np.asarray(batched(cells, key, params, obs_stats))
+    finally:
+        pinned.clear()
+    return returns.reshape(*(len(axes[n]) for n in names), episodes)
+
+
+def evaluate_grid(
+    run_dir: str | Path,
+    axes: dict[str, tuple[float, ...]],
+    episodes: int = 128,
+    seed: int = 0,
+    which: str = "final",
+) -> dict[str, Any]:
+    """Mean and std of the test return per cell, and which cells the training sampler covers."""
+    from esjax.config import parse_task
+    from esjax.evolve import make_test_rollout
+    from esjax.tasks import check_param_names
+
+    if not isinstance(episodes, int) or episodes <= 0:
+        raise ConfigError(f"episodes must be a positive integer, got {episodes!r}")
+    names = list(axes)
+    if len(names) != GRID_AXES:
+        raise ConfigError(f"a grid has two parameters, got {len(names)}")
+    built = make_test_rollout(run_dir)
+    check_param_names(names, built[1].env_params, "--grid")
+    task = parse_task(built[0]["task"], f"{run_dir}/config.json")
+    fixed = {n: float(getattr(built[1].env_params, n)) for n in names}
+    dists = {n: task.env_sampler.get(n) for n in names}
+    returns = grid_returns(run_dir, axes, episodes, seed, which, _built=built)
+    rows, cols = ([_inside(v, dists[n], fixed[n]) for v in axes[n]] for n in names)
+    inside = [[a and b for b in cols] for a in rows]
+    return {
+        "run": str(run_dir),
+        "task": built[0].get("task_name"),
+        "which": which,
+        "seed": seed,
+        "episodes": episodes,
+        "axes": names,
+        "values": [list(axes[n]) for n in names],
+        "mean": _finite_or_none(returns.mean(axis=-1)),
+        "std": _finite_or_none(returns.std(axis=-1)),
+        "in_training": inside,
+        "training_range": {n: _training_range(dists[n], fixed[n]) for n in names},
+    }
+
+
+def _finite_or_none(values: np.ndarray) -> list:
+    """Nested lists with NaN and inf as ``None``: strict JSON has no NaN."""
+    return np.where(np.isfinite(values), values, None).tolist()

@@ -243,3 +243,73 @@ def plot_runs(
     if title is None and len(groups) == 1:
         title = groups[0].label
     return plot_groups(groups, out, x=x, title=title, solved_return=solved_return_of(run_dirs))
+
+
+# ---------------------------------------------------------------------------- grid heatmap
+def training_outline(inside: np.ndarray) -> list[tuple[tuple[float, float], tuple[float, float]]]:
+    """Cell edges between training and other cells, as ``((x0, x1), (y0, y1))`` segments.
+
+    Cell ``(row, column)`` spans ``column ± 0.5`` by ``row ± 0.5``. Traced edge by edge, so a
+    training region in two parts (both signs of a parameter) gets two outlines.
+    """
+    inside = np.asarray(inside, dtype=bool)
+    padded = np.pad(inside, 1)
+    segments = []
+    for r, c in zip(*np.nonzero(inside), strict=True):
+        pr, pc = r + 1, c + 1
+        if not padded[pr - 1, pc]:
+            segments.append(((c - 0.5, c + 0.5), (r - 0.5, r - 0.5)))
+        if not padded[pr + 1, pc]:
+            segments.append(((c - 0.5, c + 0.5), (r + 0.5, r + 0.5)))
+        if not padded[pr, pc - 1]:
+            segments.append(((c - 0.5, c - 0.5), (r - 0.5, r + 0.5)))
+        if not padded[pr, pc + 1]:
+            segments.append(((c + 0.5, c + 0.5), (r - 0.5, r + 0.5)))
+    return segments
+
+
+def plot_grid(record: Mapping[str, Any], out: str | Path, *, title: str | None = None) -> Path:
+    """A heatmap of mean return per grid cell (a record of :func:`esjax.meta.evaluate_grid`).
+
+    Rows are the first parameter (growing upwards), columns the second; every cell carries its
+    number, so the figure reads without the colour bar, and the cells inside the training
+    sampler's range are outlined.
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
+    means = np.asarray(record["mean"], dtype=float)
+    rows, cols = (list(v) for v in record["values"])
+    row_name, col_name = record["axes"]
+    fig = Figure(
+        figsize=(1.5 + 0.75 * len(cols), 1.3 + 0.55 * len(rows)), dpi=120, layout="constrained"
+    )
+    ax = fig.subplots()
+    image = ax.imshow(np.ma.masked_invalid(means), origin="lower", cmap="viridis", aspect="auto")
+    finite = means[np.isfinite(means)]
+    middle = (finite.min() + finite.max()) / 2 if finite.size else 0.0
+    for (r, c), value in np.ndenumerate(means):
+        text = f"{value:.0f}" if math.isfinite(value) else "-"
+        # Light text on the dark (low) end of viridis, dark text on the light end.
+        color = "white" if not math.isfinite(value) or value < middle else "black"
+        ax.text(c, r, text, ha="center", va="center", fontsize=7, color=color)
+    for xs, ys in training_outline(np.asarray(record["in_training"], dtype=bool)):
+        ax.plot(xs, ys, color="red", lw=2.0, solid_capstyle="projecting")
+    ax.set_xticks(range(len(cols)), [f"{v:.3g}" for v in cols])
+    ax.set_yticks(range(len(rows)), [f"{v:.3g}" for v in rows])
+    ax.set_xlabel(col_name)
+    ax.set_ylabel(row_name)
+    ax.set_xlim(-0.5, len(cols) - 0.5)
+    ax.set_ylim(-0.5, len(rows) - 0.5)
+    fig.colorbar(image, ax=ax, label="mean test return")
+    if np.any(record["in_training"]):
+        handle = Line2D([], [], color="red", lw=2.0)
+        fig.legend([handle], ["training range"], loc="outside lower left", fontsize=8)
+    if title is None:
+        title = f"{record.get('task') or 'run'} · {record.get('which', 'final')} policy · "
+        title += f"{record.get('episodes')} episodes per cell"
+    ax.set_title(title, fontsize=10)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    return out
