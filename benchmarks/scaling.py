@@ -3,7 +3,8 @@
 Runs the whole jitted generation block (ask, sharded rollout, tell) of Pendulum-v1 with an MLP
 3-64-64-1 on a mesh of the first k of 4 devices that ``XLA_FLAGS`` simulates, and counts the
 bytes of every collective in the compiled block from its HLO: per generation, that is all that
-crosses devices (each device draws the whole population's noise and keeps only its members).
+crosses devices (each device draws the whole population's noise, steps only its members and
+reduces them; one float per member is all-gathered).
 On a 2-core machine 4 simulated devices share 2 cores, so this measures overhead, not speedup.
 
     XLA_FLAGS=--xla_force_host_platform_device_count=4 python benchmarks/scaling.py
@@ -13,7 +14,6 @@ On a 2-core machine 4 simulated devices share 2 cores, so this measures overhead
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 import time
 
@@ -21,29 +21,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from esjax.distributed import block_collectives
 from esjax.engine import make_engine
 from esjax.policies import MLP
 from esjax.rollout import PopulationRollout
 from esjax.strategies import build_strategy, load_strategy
-
-COLLECTIVE = re.compile(
-    r"= (?P<shape>\(?[a-z0-9]+\[[^\]]*\][^=]*?) (?P<op>all-gather|all-reduce|collective-permute|"
-    r"all-to-all|reduce-scatter)(-start)?\("
-)
-BYTES = {"f32": 4, "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8, "pred": 1, "f16": 2, "bf16": 2}
-
-
-def collective_bytes(hlo: str) -> list[tuple[str, str, int]]:
-    """``(op, result shape, bytes)`` of every collective in a compiled module's HLO text."""
-    found = []
-    for match in COLLECTIVE.finditer(hlo):
-        shape = match["shape"]
-        total = 0
-        for dtype, dims in re.findall(r"([a-z0-9]+)\[([0-9,]*)\]", shape):
-            size = int(np.prod([int(d) for d in dims.split(",") if d])) if dims else 1
-            total += size * BYTES.get(dtype, 4)
-        found.append((match["op"], shape.split("{")[0], total))
-    return found
 
 
 def main() -> None:
@@ -56,8 +38,11 @@ def main() -> None:
     args = parser.parse_args()
     devices = jax.devices()
     print(f"{len(devices)} devices; popsize {args.popsize}, {args.steps}-step episodes")
-    print("| devices | s / generation | env steps/s | bytes gathered / generation |")
-    print("|---|---|---|---|")
+    print(
+        "| devices | s / generation | env steps/s | bytes in collectives / generation "
+        "| per member |"
+    )
+    print("|---|---|---|---|---|")
     for k in (1, 2, 4):
         if k > len(devices):
             break
@@ -68,8 +53,7 @@ def main() -> None:
                              block=args.block, normalize_obs=args.normalize_obs)  # fmt: skip
         state = engine.init(jnp.arange(1))
         n = jnp.asarray(args.block, jnp.int32)
-        hlo = engine.run_block.lower(state, n).compile().as_text()
-        moved = collective_bytes(hlo)
+        moved = block_collectives(engine, state)
         state, _ = engine.run_block(state, n)  # compile and warm up
         times = []
         for _ in range(args.repeats):
@@ -80,9 +64,10 @@ def main() -> None:
         per_gen = statistics.median(times)
         steps = float(np.asarray(metrics["env_steps"]).mean())
         total = sum(b for _, _, b in moved)
-        print(f"| {k} | {per_gen:.3f} | {steps / per_gen:,.0f} | {total:,} |")
+        print(f"| {k} | {per_gen:.3f} | {steps / per_gen:,.0f} | {total:,} | "
+              f"{total / args.popsize:.2f} |")  # fmt: skip
         for op, shape, size in moved:
-            print(f"|   | {op} | {shape} | {size:,} |")
+            print(f"|   | {op} | {shape} | {size:,} | |")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+from typing import Any
 
 import jax
 
@@ -75,3 +77,40 @@ def initialize(
 def is_main_process() -> bool:
     """True in the process that writes the run directory (process 0; the only one when alone)."""
     return jax.process_index() == 0
+
+
+# ---------------------------------------------------------------------------- bytes moved
+_COLLECTIVE = re.compile(
+    r"= (?P<shape>\(?[a-z0-9]+\[[^\]]*\][^=]*?) (?P<op>all-gather|all-reduce|collective-permute|"
+    r"all-to-all|reduce-scatter)(-start)?\("
+)
+_SHAPE = re.compile(r"([a-z0-9]+)\[([0-9,]*)\]")
+_DTYPE_BYTES = {"f32": 4, "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8, "pred": 1, "s8": 1,
+                "u8": 1, "f16": 2, "bf16": 2}  # fmt: skip
+
+
+def collective_bytes(hlo: str) -> list[tuple[str, str, int]]:
+    """``(op, result shape, bytes)`` of every collective in a compiled module's HLO text.
+
+    Bytes are the size of each collective's result, counted once where the op appears: a
+    collective in a loop body (the generation scan) counts once, so for a compiled generation
+    block the total is what crosses devices per generation. (An asynchronous ``-start`` op's
+    result also holds its operand, so on accelerators that use them this overcounts.)
+    """
+    found = []
+    for match in _COLLECTIVE.finditer(hlo):
+        shape = match["shape"]
+        total = 0
+        for dtype, dims in _SHAPE.findall(shape):
+            count = 1
+            for d in filter(None, dims.split(",")):
+                count *= int(d)
+            total += count * _DTYPE_BYTES.get(dtype, 4)
+        found.append((match["op"], shape.split("{")[0], total))
+    return found
+
+
+def block_collectives(engine: Any, state: Any) -> list[tuple[str, str, int]]:
+    """:func:`collective_bytes` of ``engine.run_block`` compiled for ``state``: one generation's."""
+    n = jax.numpy.asarray(engine.block, jax.numpy.int32)
+    return collective_bytes(engine.run_block.lower(state, n).compile().as_text())

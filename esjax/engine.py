@@ -8,8 +8,12 @@ execute the very same step program. That is what makes an interrupted, resumed r
 bit-identical to an uninterrupted one, whatever the block boundaries were.
 
 With the strategy setting ``env_groups`` the population is split into groups that share
-episode starts (common random numbers within a group, fresh starts across groups); groups are
-evaluated a cache-sized batch at a time, as the rollout chunks members.
+episode starts (common random numbers within a group, fresh starts across groups); each member
+is handed its group's keys, so the population is still one sharded, cache-chunked call.
+
+Across devices only one float per member moves: each device draws the whole population from
+the shared key, steps its own members, reduces them, and their mean returns are all-gathered
+before fitness shaping and ``tell``, which run replicated (see ``docs/scaling.md``).
 
 Every function here takes and returns a batch of runs with a leading *seed* axis; one seed is
 a batch of one. Nothing in this module prints or writes files.
@@ -30,13 +34,18 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from esjax.fitness import (
-    group_members,
     member_returns,
     return_stats,
     to_fitness,
     ungroup_members,
 )
-from esjax.rollout import ObsStats, PopulationRollout, RolloutResult, obs_moments
+from esjax.rollout import (
+    ObsStats,
+    PopulationRollout,
+    PopulationSummary,
+    RolloutResult,
+    obs_moments,
+)
 from esjax.strategies import Strategy, mirrored
 
 PyTree = Any
@@ -81,7 +90,7 @@ def norm_init(size: int) -> NormState:
     return NormState(jnp.zeros((), jnp.float32), jnp.zeros(size), jnp.zeros(size))
 
 
-def norm_update(norm: NormState, result: RolloutResult) -> NormState:
+def norm_update(norm: NormState, result: RolloutResult | PopulationSummary) -> NormState:
     """Merge one generation's masked moments (Chan et al.'s parallel update)."""
     count, mean, var = obs_moments(result)
     total = norm.count + count
@@ -134,6 +143,7 @@ class Engine:
     normalize_obs: bool
     sharding: Any
     population_rollout: Callable
+    population_summary: Callable
     init: Callable[[jax.Array], RunState]
     run_block: Callable[[RunState, jax.Array], tuple[RunState, dict[str, jax.Array]]]
     evaluate: Callable[[RunState], dict[str, jax.Array]]
@@ -187,21 +197,35 @@ def make_engine(
     mesh = Mesh(np.array(rollout.devices), ("population",))
     pairs = mirrored(strategy.spec)
 
-    def population_rollout(key, params, obs_stats):
-        """Every member's episodes; with ``env_groups`` each group gets its own starts."""
+    def member_keys(key: jax.Array) -> jax.Array:
+        """The rollout key, or with ``env_groups`` every member's keys from its group's key.
+
+        A member gets exactly the keys a rollout of its group alone would give it, so the
+        whole population is still one sharded call (chunked to cache like any population).
+        """
         if groups == 1:
-            return rollout.population(key, params, rollouts, obs_stats)
-        grouped = jax.tree.map(lambda x: group_members(x, groups, pairs), params)
-        # Groups are evaluated a cache-sized batch at a time, as the rollout chunks members:
-        # a vmap over all groups would step every member together and stream all weights.
-        per_group = popsize // groups
-        batch = max(1, rollout.auto_chunk_size(popsize, params) // per_group)
-        result = jax.lax.map(
-            lambda kp: rollout.population(kp[0], kp[1], rollouts, obs_stats),
-            (group_keys(key, groups), grouped),
-            batch_size=min(batch, groups),
+            return key
+        size = popsize // groups
+        per_group = jax.vmap(lambda k: rollout.rollout_keys(k, size, rollouts))(
+            group_keys(key, groups)
         )
-        return jax.tree.map(lambda x: ungroup_members(x, pairs), result)
+        data = jax.random.key_data(per_group)
+        if rollout.common_env_keys:  # (groups, rollouts, 2) -> (groups, size, rollouts, 2)
+            data = jnp.broadcast_to(data[:, None], (groups, size, *data.shape[1:]))
+        return jax.random.wrap_key_data(ungroup_members(data, pairs))
+
+    def population_rollout(key, params, obs_stats):
+        """Every member's episodes, sharded by member; with ``env_groups`` per-group starts."""
+        return rollout.population(member_keys(key), params, rollouts, obs_stats)
+
+    def population_summary(key, params, obs_stats):
+        """Every member's mean return and the totals, the same on every device.
+
+        What crosses devices is one all-gather of one float per member and one small
+        all-reduce (:meth:`PopulationRollout.summary`); ranking and ``tell`` then run
+        replicated, so no sort is ever distributed.
+        """
+        return rollout.summary(member_keys(key), params, rollouts, obs_stats)
 
     def init_one(seed: jax.Array) -> RunState:
         keys = seed_keys(seed)
@@ -226,13 +250,13 @@ def make_engine(
         # own members: left free, XLA shards the draw and all-gathers the parameters for tell.
         population = jax.lax.with_sharding_constraint(population, NamedSharding(mesh, P()))
         obs_stats = norm_stats(state.norm) if normalize_obs else None
-        result = population_rollout(k_rollout, jax.vmap(unravel)(population), obs_stats)
-        returns = member_returns(result.returns)
+        summary = population_summary(k_rollout, jax.vmap(unravel)(population), obs_stats)
+        returns = summary.returns  # replicated: everything below runs on every device
         sstate = strategy.tell(k_tell, population, to_fitness(returns), sstate)
-        norm = norm_update(state.norm, result) if normalize_obs else state.norm
+        norm = norm_update(state.norm, summary) if normalize_obs else state.norm
         best = jnp.argmax(jnp.where(jnp.isfinite(returns), returns, -jnp.inf))
         metrics = return_stats(returns)
-        metrics["env_steps"] = jnp.sum(result.lengths).astype(jnp.int32)
+        metrics["env_steps"] = summary.lengths.astype(jnp.int32)
         new_state = RunState(
             strategy=sstate,
             norm=norm,
@@ -286,6 +310,7 @@ def make_engine(
         normalize_obs=bool(normalize_obs),
         sharding=replicated,
         population_rollout=population_rollout,
+        population_summary=population_summary,
         init=jax.jit(jax.vmap(init_one), out_shardings=replicated),
         run_block=jax.jit(run_block, out_shardings=replicated),
         evaluate=jax.jit(jax.vmap(evaluate_one)),

@@ -47,7 +47,11 @@ class Interrupted(Exception):
 
 
 class LostProcess(RuntimeError):
-    """A multi-process run lost a peer; the last checkpoint in the run directory resumes it."""
+    """A multi-process run lost a peer; the last checkpoint in the run directory resumes it.
+
+    A script that catches it should leave with ``os._exit(code)`` (the CLI does): a normal
+    interpreter exit runs JAX's distributed shutdown, a barrier that waits for the dead peer.
+    """
 
     def __init__(self, run_dir: str | Path, generation: int, cause: Exception):
         self.run_dir = Path(run_dir)

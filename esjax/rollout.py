@@ -8,6 +8,8 @@ weights in cache for the whole episode.
 
 Rollouts return summaries only (returns, valid lengths, masked observation moments), so peak
 memory does not grow with episode length; ``trajectory=True`` opts into per-step data.
+``summary`` goes one step further for a training generation: each device reduces its own
+members, and only one return per member crosses devices.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from esjax.config import ConfigError, suggest
+from esjax.fitness import member_returns
 from esjax.policies import LSTM, MLP, Policy
 
 PyTree = Any
@@ -55,6 +58,22 @@ class RolloutResult:
     obs_sum: jax.Array
     obs_sq_sum: jax.Array
     trajectory: PyTree = None
+
+
+@struct.dataclass
+class PopulationSummary:
+    """A population's rollouts reduced to what a training generation needs, on every device.
+
+    ``returns`` is each member's mean return over its rollouts, shape ``(popsize,)``;
+    ``lengths`` (valid env steps) and the observation sums are totals over all members and
+    rollouts. Only ``returns`` grows with the population, so it is the only per-member data
+    that crosses devices. :func:`obs_moments` accepts it like a :class:`RolloutResult`.
+    """
+
+    returns: jax.Array
+    lengths: jax.Array
+    obs_sum: jax.Array
+    obs_sq_sum: jax.Array
 
 
 @struct.dataclass
@@ -176,6 +195,7 @@ class PopulationRollout:
         self._population = jax.jit(
             self._population_impl, static_argnames=("num_rollouts", "trajectory")
         )
+        self._summary = jax.jit(self._summary_impl, static_argnames=("num_rollouts",))
 
     # ------------------------------------------------------------------ public API
     def init_params(self, key: jax.Array) -> PyTree:
@@ -214,7 +234,12 @@ class PopulationRollout:
         obs_stats: ObsStats | None = None,
         trajectory: bool = False,
     ) -> RolloutResult:
-        """Every member (leading axis of ``pop_params``) for ``num_rollouts`` episodes each."""
+        """Every member (leading axis of ``pop_params``) for ``num_rollouts`` episodes each.
+
+        ``key`` is one key (split as :meth:`rollout_keys` does) or every member's rollout keys,
+        shape ``(popsize, num_rollouts)``, for callers that choose episode starts per member.
+        Results stay sharded over the devices, member by member.
+        """
         _check_positive("num_rollouts", num_rollouts)
         return self._population(
             key,
@@ -223,6 +248,23 @@ class PopulationRollout:
             num_rollouts=num_rollouts,
             trajectory=trajectory,
         )
+
+    def summary(
+        self,
+        key: jax.Array,
+        pop_params: PyTree,
+        num_rollouts: int = 1,
+        obs_stats: ObsStats | None = None,
+    ) -> PopulationSummary:
+        """``population`` reduced on each device, then made the same on every device.
+
+        Each device averages its members' returns over their rollouts and sums their lengths
+        and observation sums; then one all-gather of one float per member and one all-reduce
+        of ``1 + 2 * obs_size`` numbers. Padding members never enter either. ``key`` as in
+        :meth:`population`.
+        """
+        _check_positive("num_rollouts", num_rollouts)
+        return self._summary(key, pop_params, self._stats(obs_stats), num_rollouts=num_rollouts)
 
     def rollout_keys(self, key: jax.Array, popsize: int, num_rollouts: int) -> jax.Array:
         """The per-rollout keys ``population`` uses: shared across members or one per member."""
@@ -330,37 +372,85 @@ class PopulationRollout:
             keys, params, obs_stats, trajectory
         )
 
+    def _keys(self, key, popsize, num_rollouts):
+        """Shared keys ``(num_rollouts,)`` or every member's ``(popsize, num_rollouts)``."""
+        if key.ndim == 0:
+            return self.rollout_keys(key, popsize, num_rollouts)
+        if key.shape != (popsize, num_rollouts):
+            raise ValueError(
+                f"member keys must have shape {(popsize, num_rollouts)}, got {key.shape}"
+            )
+        return key
+
     def _population_impl(self, key, pop_params, obs_stats, num_rollouts, trajectory=False):
         popsize = jax.tree.leaves(pop_params)[0].shape[0]
-        keys = self.rollout_keys(key, popsize, num_rollouts)
+        keys = self._keys(key, popsize, num_rollouts)
+
+        def local(keys, params, obs_stats, valid, axis):
+            return self._population_local(keys, params, obs_stats, trajectory)
+
+        result = self._over_devices(local, keys, pop_params, obs_stats, P(_POP_AXIS))
+        return jax.tree.map(lambda x: x[:popsize], result)
+
+    def _summary_impl(self, key, pop_params, obs_stats, num_rollouts):
+        popsize = jax.tree.leaves(pop_params)[0].shape[0]
+        keys = self._keys(key, popsize, num_rollouts)
+
+        def local(keys, params, obs_stats, valid, axis):
+            result = self._population_local(keys, params, obs_stats, False)
+            # Per member and in the member's own order of additions, so it is the same bits on
+            # any number of devices; the sums below are partial sums per device.
+            returns = member_returns(result.returns)
+            lengths = jnp.sum(jnp.where(valid[:, None], result.lengths, 0))
+            obs_sum = jnp.sum(jnp.where(valid[:, None, None], result.obs_sum, 0.0), axis=(0, 1))
+            obs_sq = jnp.sum(jnp.where(valid[:, None, None], result.obs_sq_sum, 0.0), axis=(0, 1))
+            if axis is not None:
+                returns = jax.lax.all_gather(returns, axis, tiled=True)
+                lengths, obs_sum, obs_sq = jax.lax.psum((lengths, obs_sum, obs_sq), axis)
+            return PopulationSummary(returns, lengths, obs_sum, obs_sq)
+
+        summary = self._over_devices(local, keys, pop_params, obs_stats, P())
+        return summary.replace(returns=summary.returns[:popsize])
+
+    def _over_devices(self, local, keys, pop_params, obs_stats, out_specs):
+        """``local(keys, params, obs_stats, valid, axis)`` on each device's share of the members.
+
+        On one device (or fewer members than devices) ``local`` sees every member and ``axis``
+        is ``None``. Otherwise each device takes ``ceil(popsize / devices)`` members, ``axis``
+        names the mesh axis for collectives, and ``valid`` marks the real members: a popsize
+        that does not divide is padded with copies of the last member. On a CPU host a device
+        is a core.
+        """
+        popsize = jax.tree.leaves(pop_params)[0].shape[0]
         num_devices = len(self.devices)
         if num_devices == 1 or popsize < num_devices:
-            return self._population_local(keys, pop_params, obs_stats, trajectory)
+            return local(keys, pop_params, obs_stats, jnp.ones(popsize, bool), None)
+        per_device = -(-popsize // num_devices)
+        shared = keys.ndim == 1
 
-        # One shard of the population per device; on a CPU host each device is a core. A popsize
-        # that does not divide the device count is padded with copies of the last member, and
-        # the padding is cut off before anything is returned.
-        pad = (-popsize) % num_devices
-        pop_params = _pad_leading(pop_params, pad)
-        key_spec = P() if self.common_env_keys else P(_POP_AXIS)
-        if not self.common_env_keys:
-            keys = _pad_leading(keys, pad)
-        mesh = Mesh(np.array(self.devices), (_POP_AXIS,))
-        sharded = jax.shard_map(
-            lambda k, p, s: self._population_local(k, p, s, trajectory),
-            mesh=mesh,
-            in_specs=(key_spec, P(_POP_AXIS), P()),
-            out_specs=P(_POP_AXIS),
+        def shard(keys, params, obs_stats):
+            # Every device holds the whole population (a generation draws it replicated) and
+            # picks its own rows, so nothing is sent; padding repeats the last member.
+            index = jax.lax.axis_index(_POP_AXIS) * per_device + jnp.arange(per_device)
+            rows = jnp.minimum(index, popsize - 1)
+            params = jax.tree.map(lambda x: x[rows], params)
+            return local(
+                keys if shared else keys[rows], params, obs_stats, index < popsize, _POP_AXIS
+            )
+
+        return jax.shard_map(
+            shard,
+            mesh=Mesh(np.array(self.devices), (_POP_AXIS,)),
+            in_specs=(P(), P(), P()),
+            out_specs=out_specs,
             check_vma=False,
-        )
-        result = sharded(keys, pop_params, obs_stats)
-        return jax.tree.map(lambda x: x[:popsize], result) if pad else result
+        )(keys, pop_params, obs_stats)
 
     def _population_local(self, keys, pop_params, obs_stats, trajectory):
         popsize = jax.tree.leaves(pop_params)[0].shape[0]
         chunk = self.auto_chunk_size(popsize, pop_params)
 
-        if self.common_env_keys:
+        if keys.ndim == 1:  # every member runs the same episode keys
 
             def member(params):
                 return self._over_keys(keys, params, obs_stats, trajectory)
@@ -379,21 +469,18 @@ class PopulationRollout:
         return jax.lax.map(member, xs, batch_size=chunk)
 
 
-def _pad_leading(tree: PyTree, pad: int) -> PyTree:
-    if pad == 0:
-        return tree
-    return jax.tree.map(
-        lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)], axis=0), tree
-    )
-
-
 def _check_positive(name: str, value: int) -> None:
     if int(value) <= 0:
         raise ValueError(f"{name} must be positive, got {value}")
 
 
-def obs_moments(result: RolloutResult) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Count, mean and variance of the valid observations in a result, over all its rollouts."""
+def obs_moments(
+    result: RolloutResult | PopulationSummary,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Count, mean and variance of the valid observations in a result, over all its rollouts.
+
+    A :class:`PopulationSummary` holds the totals already (no leading axes to sum over).
+    """
     count = jnp.sum(result.lengths).astype(jnp.float32)
     axes = tuple(range(result.obs_sum.ndim - 1))
     total = jnp.sum(result.obs_sum, axis=axes)

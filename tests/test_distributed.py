@@ -37,11 +37,12 @@ def test_sharded_population_matches_one_device():
         from esjax.policies import MLP
         from esjax.rollout import PopulationRollout
         from esjax.strategies import build_strategy, load_strategy
-        for popsize in (8, 6):  # 6 is padded to 8 on 4 devices
+        # 6 is padded to 8 on 4 devices; env_groups hands each member its group's keys.
+        for popsize, groups in ((8, 1), (6, 1), (8, 2)):
             runs = []
             for devices in (jax.devices()[:1], jax.devices()):
                 rollout = PopulationRollout("Pendulum-v1", MLP(hidden=(8,)), 16, devices=devices)
-                spec = load_strategy("open_es", {"popsize": popsize})
+                spec = load_strategy("open_es", {"popsize": popsize, "env_groups": groups})
                 engine = make_engine(rollout, rollout, lambda n: build_strategy(spec, n),
                                      block=3, eval_episodes=4, normalize_obs=True)
                 params = jax.vmap(engine.unravel)(
@@ -60,6 +61,36 @@ def test_sharded_population_matches_one_device():
                 np.testing.assert_array_equal(a, b)
             for a, b in zip(jax.tree.leaves((s1, m1)), jax.tree.leaves((s4, m4)), strict=True):
                 np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+        print("ok")
+    """
+    done = _python(script, {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ok" in done.stdout
+
+
+def test_only_one_float_per_member_crosses_devices():
+    """The compiled generation's collectives: one all-gather of the members' returns and a small
+    all-reduce of totals, nothing else (no parameters, no distributed sort of the ranking)."""
+    script = """
+        import jax, jax.numpy as jnp
+        assert len(jax.devices()) == 4
+        from esjax.distributed import block_collectives
+        from esjax.engine import make_engine
+        from esjax.policies import MLP
+        from esjax.rollout import PopulationRollout
+        from esjax.strategies import build_strategy, load_strategy
+        rollout = PopulationRollout("Pendulum-v1", MLP(hidden=(8,)), 8)
+        for popsize, groups in ((38, 1), (64, 4)):  # 38 is padded to 40
+            spec = load_strategy("open_es", {"popsize": popsize, "env_groups": groups})
+            engine = make_engine(rollout, rollout, lambda n: build_strategy(spec, n), block=2,
+                                 eval_episodes=2, normalize_obs=True)
+            moved = block_collectives(engine, engine.init(jnp.arange(1)))
+            ops = sorted({op for op, _, _ in moved})
+            assert ops == ["all-gather", "all-reduce"], moved
+            # Returns (4 B per member, padding included), the env-step count and the
+            # observation sums (2 x 3 floats for Pendulum).
+            total = sum(size for _, _, size in moved)
+            assert 4 * popsize <= total <= 4 * popsize + 64, moved
         print("ok")
     """
     done = _python(script, {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
