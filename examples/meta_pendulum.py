@@ -9,7 +9,8 @@ Every policy is evolved with the same strategy and budget (3 seeds vmapped in on
 then tested on each split over the same held-out episodes. Scores are normalised per split:
 0 = zero torque, 1 = the oracle MLP (given the true env parameters). The LSTM is also tested
 with its state reset every step (memory lesion). Writes ``results.json``, ``table.md`` and
-``scores.png`` into ``--out``; ``--eval-only`` re-tests existing runs there.
+``scores.png`` into ``--out``; ``--eval-only`` re-tests existing runs there. More seeds later:
+``--first-seed 3 --seeds 2 --out OTHER``, then ``--eval-only --merge OTHER`` joins them.
 """
 
 from __future__ import annotations
@@ -48,6 +49,14 @@ def main() -> None:
     parser.add_argument("--task", choices=sorted(TASKS), default="sign")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds run FIRST, FIRST+1, ...")
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="other --out folders (other seeds) whose per-seed results join this table",
+    )
     parser.add_argument("--popsize", type=int, default=256)
     parser.add_argument("--generations", type=int, default=None, help="default: docs/meta.md's")
     parser.add_argument("--episodes", type=int, default=256, help="test episodes per seed")
@@ -86,6 +95,7 @@ def main() -> None:
                 popsize=args.popsize,
                 generations=args.generations,
                 rollouts=2 if args.tiny else None,
+                seed=args.first_seed,
                 seeds=args.seeds,
                 out=run_dir,
                 overwrite=True,
@@ -103,10 +113,28 @@ def main() -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     previous.write_text(json.dumps(results, indent=1))
+    for other in args.merge:
+        results = merge_seeds(results, json.loads((other / "results.json").read_text()))
+    if args.merge:
+        (out / "merged.json").write_text(json.dumps(results, indent=1))
     table = score_table(results)
     (out / "table.md").write_text(table)
     print(table)
     plot_scores(results, out / "scores.png")
+
+
+def merge_seeds(results: dict, other: dict) -> dict:
+    """Runs present in both, their per-seed lists joined (other seeds of the same budget)."""
+    merged = {"task": results["task"], "splits": results["splits"], "runs": {}}
+    for name, record in results["runs"].items():
+        extra = other["runs"].get(name)
+        if extra is None or extra.get("budget") != record.get("budget"):
+            continue
+        joined = {k: v + extra[k] for k, v in record.items() if isinstance(v, list) and k in extra}
+        joined["budget"] = record.get("budget")
+        joined["wall_s"] = record.get("wall_s", 0.0) + extra.get("wall_s", 0.0)
+        merged["runs"][name] = joined
+    return merged
 
 
 def score_table(results: dict) -> str:
