@@ -686,7 +686,17 @@ def main() -> None:
     from esjax.distributed import use_cpu_cores
 
     use_cpu_cores()  # before anything creates an array (gymnax does at import)
-    app(prog_name="esjax")
+    try:
+        code = app(prog_name="esjax", standalone_mode=False)
+    except typer.TyperException as err:  # a usage error: one line, not typer's boxed panel
+        ctx = getattr(err, "ctx", None)
+        where = ctx.command_path if ctx is not None else "esjax"
+        message = " ".join(err.format_message().split())
+        print_error(f"{where}: {message} (see `{where} --help`)")
+        sys.exit(getattr(err, "exit_code", 2))
+    except typer.Abort:
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

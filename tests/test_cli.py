@@ -127,10 +127,28 @@ def test_plot_several_runs_and_x_axes(run, tmp_path):
     result = esjax("plot", run_dir, run_dir, "--x", "env_steps", "--out", out, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert out.read_bytes().startswith(PNG_MAGIC)
-    bad = esjax("plot", run_dir, "--x", "steps", cwd=tmp_path)  # a usage error, typer's format
+    bad = esjax("plot", run_dir, "--x", "steps", cwd=tmp_path)  # a usage error
     assert bad.returncode == 2
-    assert "Traceback" not in bad.stderr
-    assert "'steps' is not one of" in bad.stderr
+    assert bad.stderr.strip().splitlines() == [
+        "error: esjax plot: Invalid value for '--x': Value error, 'steps' is not one of "
+        "'generations', 'env_steps', 'wall_s'. (see `esjax plot --help`)"
+    ]
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["bogus"], "error: esjax: No such command 'bogus'."),
+        (["evolve", "pendulum", "--sett", "x=1"], "error: esjax evolve: No such option: --sett"),
+        (["evolve", "pendulum", "--popsize", "abc"], "error: esjax evolve: Invalid value for"),
+    ],
+)
+def test_usage_errors_are_one_line(args, expected, tmp_path):
+    result = esjax(*args, cwd=tmp_path)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(expected), result.stderr
+    assert not list(tmp_path.iterdir())  # nothing written
 
 
 def test_render_gif(run, tmp_path):
