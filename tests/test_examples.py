@@ -40,3 +40,40 @@ def test_example_tiny(tmp_path: Path, script: str, extra: tuple[str, ...], split
         assert len(lstm[split]) == 2  # one value per seed
         assert len(lstm[f"{split}_lesion"]) == 2
     assert (tmp_path / "table.md").read_text().startswith("|")
+
+
+def test_merge_seeds_joins_runs_of_the_same_budget():
+    """More seeds trained later join per-seed lists; a run of another budget is left out."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "meta_pendulum", REPO / "examples/meta_pendulum.py"
+    )
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    budget = "popsize 256, 500 generations"
+    first = {
+        "task": "t",
+        "splits": ["train"],
+        "runs": {
+            "lstm": {"budget": budget, "wall_s": 10.0, "train": [1.0, 2.0], "train_lesion": [0.0]},
+            "mlp_stack4": {"budget": budget, "wall_s": 5.0, "train": [3.0]},
+            "mlp_blind": {"budget": budget, "wall_s": 1.0, "train": [4.0]},
+        },
+    }
+    later = {
+        "runs": {
+            "lstm": {"budget": budget, "wall_s": 4.0, "train": [5.0], "train_lesion": [6.0]},
+            "mlp_blind": {"budget": "popsize 16, 3 generations", "wall_s": 1.0, "train": [7.0]},
+        }
+    }
+    merged = example.merge_seeds(first, later)
+    assert merged["runs"] == {
+        "lstm": {
+            "budget": budget,
+            "wall_s": 14.0,
+            "train": [1.0, 2.0, 5.0],
+            "train_lesion": [0.0, 6.0],
+        }
+    }
+    assert first["runs"]["lstm"]["train"] == [1.0, 2.0]  # the inputs are not modified
