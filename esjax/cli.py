@@ -689,6 +689,8 @@ def main() -> None:
     try:
         code = app(prog_name="esjax", standalone_mode=False)
     except typer.TyperException as err:  # a usage error: one line, not typer's boxed panel
+        if not err.format_message().strip():  # bare `esjax`: the help is already printed
+            sys.exit(getattr(err, "exit_code", 2))
         ctx = getattr(err, "ctx", None)
         where = ctx.command_path if ctx is not None else "esjax"
         message = " ".join(err.format_message().split())

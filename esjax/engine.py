@@ -246,8 +246,8 @@ def make_engine(
     def generation(state: RunState) -> tuple[RunState, dict[str, jax.Array]]:
         next_key, k_ask, k_rollout, k_tell = generation_keys(state.key)
         population, sstate = strategy.ask(k_ask, state.strategy)
-        # Every device draws the whole population from the shared key and the rollout keeps its
-        # own members: left free, XLA shards the draw and all-gathers the parameters for tell.
+        # Every device draws the whole population from the shared key, so parameters never
+        # cross devices (left free, XLA would shard the draw and all-gather it for tell).
         population = jax.lax.with_sharding_constraint(population, NamedSharding(mesh, P()))
         obs_stats = norm_stats(state.norm) if normalize_obs else None
         summary = population_summary(k_rollout, jax.vmap(unravel)(population), obs_stats)

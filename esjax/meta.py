@@ -152,7 +152,7 @@ def grid_axes(run_dir: str | Path, specs: Sequence[str] = ()) -> dict[str, tuple
 
     config = runs.read_run_config(run_dir)
     task = config.get("task", {})
-    if "grid" in task:
+    if task.get("grid"):
         grid = to_dict(parse_task(task, f"{run_dir}/{runs.CONFIG}").grid)
     else:
         grid = _preset_grid(config)
@@ -232,14 +232,24 @@ def grid_returns(
     check_param_names(names, rollout.env_params, "--grid")
     key, params, obs_stats = saved_policy_inputs(run_dir, seed, which, (config, rollout))
     dtypes = [jnp.result_type(getattr(rollout.env_params, n)) for n in names]
+    for name, dtype in zip(names, dtypes, strict=True):
+        if not jnp.issubdtype(dtype, jnp.floating):
+            raise ConfigError(f"--grid: {name} is a {dtype} parameter; a grid needs real values")
     mesh = np.meshgrid(*(np.asarray(axes[n], np.float64) for n in names), indexing="ij")
     cells = jnp.asarray(np.stack([m.reshape(-1) for m in mesh], axis=-1), jnp.float32)
 
-    # The rollout draws env params per episode through its sampler; here the sampler returns
-    # the cell's values, which are traced, so one compiled program covers every cell. The
-    # rollout is private to this call, so its jitted functions are traced only in here.
+    # The rollout draws env params per episode through its sampler; here the cell's values,
+    # which are traced, are pinned over what the training sampler draws (parameters off the
+    # grid vary as in training), so one compiled program covers every cell. The rollout is
+    # private to this call, so its jitted functions are traced only in here.
     pinned: dict[str, Any] = {}
-    rollout.env_params_sampler = lambda _key, default: default.replace(**pinned)
+    trained = rollout.env_params_sampler
+
+    def sample(key, default):
+        drawn = default if trained is None else trained(key, default)
+        return drawn.replace(**pinned)
+
+    rollout.env_params_sampler = sample
 
     def cell_returns(values, key, params, obs_stats):
         pinned.update({n: values[i].astype(dtypes[i]) for i, n in enumerate(names)})

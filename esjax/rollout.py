@@ -374,6 +374,8 @@ class PopulationRollout:
 
     def _keys(self, key, popsize, num_rollouts):
         """Shared keys ``(num_rollouts,)`` or every member's ``(popsize, num_rollouts)``."""
+        if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):  # a raw uint32 key (PRNGKey)
+            key = jax.random.wrap_key_data(key)
         if key.ndim == 0:
             return self.rollout_keys(key, popsize, num_rollouts)
         if key.shape != (popsize, num_rollouts):

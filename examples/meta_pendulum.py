@@ -103,6 +103,7 @@ def main() -> None:
             )
             record["wall_s"] = time.perf_counter() - start
             record["budget"] = f"popsize {args.popsize}, {args.generations} generations"
+            record["seeds"] = list(range(args.first_seed, args.first_seed + args.seeds))
         for split in splits:
             record[split] = seed_means(run_dir, args.episodes, split)
             if name == "lstm":
@@ -114,7 +115,12 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     previous.write_text(json.dumps(results, indent=1))
     for other in args.merge:
-        results = merge_seeds(results, json.loads((other / "results.json").read_text()))
+        if not (other / "results.json").is_file():
+            parser.error(f"--merge {other}: no results.json there")
+        try:
+            results = merge_seeds(results, json.loads((other / "results.json").read_text()))
+        except ValueError as err:
+            parser.error(f"--merge {other}: {err}")
     if args.merge:
         (out / "merged.json").write_text(json.dumps(results, indent=1))
     table = score_table(results)
@@ -124,17 +130,32 @@ def main() -> None:
 
 
 def merge_seeds(results: dict, other: dict) -> dict:
-    """Runs present in both, their per-seed lists joined (other seeds of the same budget)."""
+    """Runs present in both, their per-seed lists joined (other seeds of the same budget).
+
+    A run of another budget, and a per-seed list only one side has, are left out: every list
+    of a merged run covers the same seeds. The same task and disjoint seeds are required
+    (records without ``seeds`` are seeds ``0 .. n-1``).
+    """
+    if other.get("task") != results["task"]:
+        raise ValueError(f"task {other.get('task')!r}, not {results['task']!r}")
     merged = {"task": results["task"], "splits": results["splits"], "runs": {}}
     for name, record in results["runs"].items():
         extra = other["runs"].get(name)
         if extra is None or extra.get("budget") != record.get("budget"):
             continue
+        seeds, more = _seed_ids(record), _seed_ids(extra)
+        if set(seeds) & set(more):
+            raise ValueError(f"{name}: seeds {sorted(set(seeds) & set(more))} are in both")
         joined = {k: v + extra[k] for k, v in record.items() if isinstance(v, list) and k in extra}
-        joined["budget"] = record.get("budget")
+        joined.update(budget=record.get("budget"), seeds=seeds + more)
         joined["wall_s"] = record.get("wall_s", 0.0) + extra.get("wall_s", 0.0)
         merged["runs"][name] = joined
     return merged
+
+
+def _seed_ids(record: dict) -> list[int]:
+    count = len(next(v for k, v in record.items() if isinstance(v, list) and k != "seeds"))
+    return list(record.get("seeds", range(count)))
 
 
 def score_table(results: dict) -> str:

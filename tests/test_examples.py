@@ -56,24 +56,42 @@ def test_merge_seeds_joins_runs_of_the_same_budget():
         "task": "t",
         "splits": ["train"],
         "runs": {
-            "lstm": {"budget": budget, "wall_s": 10.0, "train": [1.0, 2.0], "train_lesion": [0.0]},
+            "lstm": {
+                "budget": budget,
+                "wall_s": 10.0,
+                "train": [1.0, 2.0],
+                "train_lesion": [0.0, 0.5],
+            },
             "mlp_stack4": {"budget": budget, "wall_s": 5.0, "train": [3.0]},
             "mlp_blind": {"budget": budget, "wall_s": 1.0, "train": [4.0]},
         },
     }
     later = {
+        "task": "t",
         "runs": {
-            "lstm": {"budget": budget, "wall_s": 4.0, "train": [5.0], "train_lesion": [6.0]},
+            "lstm": {
+                "budget": budget,
+                "wall_s": 4.0,
+                "seeds": [2],
+                "train": [5.0],
+                "train_lesion": [6.0],
+            },
             "mlp_blind": {"budget": "popsize 16, 3 generations", "wall_s": 1.0, "train": [7.0]},
-        }
+        },
     }
     merged = example.merge_seeds(first, later)
     assert merged["runs"] == {
         "lstm": {
             "budget": budget,
             "wall_s": 14.0,
+            "seeds": [0, 1, 2],
             "train": [1.0, 2.0, 5.0],
-            "train_lesion": [0.0, 6.0],
+            "train_lesion": [0.0, 0.5, 6.0],
         }
     }
     assert first["runs"]["lstm"]["train"] == [1.0, 2.0]  # the inputs are not modified
+    later["runs"]["lstm"]["seeds"] = [1]  # seed 1 again: refused, it would count twice
+    with pytest.raises(ValueError, match=r"seeds \[1\] are in both"):
+        example.merge_seeds(first, later)
+    with pytest.raises(ValueError, match="task"):
+        example.merge_seeds(first, {**later, "task": "other"})

@@ -153,6 +153,10 @@ def test_existing_output_is_refused_without_overwrite(grid_run):
         (("--grid-axis", "m=1,x", "--grid-axis", "l=1,2"), "--grid-axis 'm=1,x'"),
         (("--grid-axis", "m=1,2"), "exactly two"),
         (("--grid", "--split", "extrapolate"), "exclude each other"),
+        (
+            ("--grid-axis", "max_steps_in_episode=100,200", "--grid-axis", "l=1,2"),
+            "a grid needs real values",
+        ),
     ],
 )
 def test_bad_grid_input_is_one_line(grid_run, tmp_path, axes, message):
@@ -170,14 +174,19 @@ def test_default_grid_comes_from_the_task_and_its_absence_is_one_line(grid_run, 
     bare = tmp_path / "bare"
     shutil.copytree(run_dir, bare)
     config = json.loads((bare / "config.json").read_text())
+    # A run without a grid of its own (from before [grid] existed, or whose task file had none)
+    # falls back to the preset of the same name and env.
     config["task"]["grid"] = {}
     (bare / "config.json").write_text(json.dumps(config))
-    result = esjax("eval", bare, "--grid", cwd=tmp_path)
-    assert_clean_error(result, "has no grid", "--grid-axis")
-    # A run from before [grid] existed falls back to its preset's table.
+    assert meta.grid_axes(bare) == axes
     del config["task"]["grid"]
     (bare / "config.json").write_text(json.dumps(config))
     assert meta.grid_axes(bare) == axes
+    # A task of its own with no grid: one line naming the way out.
+    config["task_name"] = "my-pendulum"
+    (bare / "config.json").write_text(json.dumps(config))
+    result = esjax("eval", bare, "--grid", cwd=tmp_path)
+    assert_clean_error(result, "has no grid", "--grid-axis")
 
 
 def test_grid_axis_spec_is_log_spaced():

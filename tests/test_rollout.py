@@ -178,6 +178,15 @@ def test_pendulum_mlp_population_matches_reference_loop():
     assert np.unique(np.round(np.asarray(res.returns), 3)).size == pop * R
 
 
+def test_raw_uint32_keys_are_accepted_like_typed_keys():
+    """gymnax-style ``jax.random.PRNGKey`` arrays give the same episodes as ``jax.random.key``."""
+    ro = esjax.PopulationRollout("Pendulum-v1", MLP((8,)), 20)
+    pop_params = init_pop(ro, jax.random.key(2), 3)
+    typed = ro.population(jax.random.key(1), pop_params, 2)
+    raw = ro.population(jax.random.PRNGKey(1), pop_params, 2)
+    np.testing.assert_array_equal(raw.returns, typed.returns)
+
+
 # --------------------------------------------------------------------------- 2. LSTM
 @pytest.mark.parametrize(("env_id", "T"), [("Pendulum-v1", 40), ("CartPole-v1", 60)])
 def test_lstm_with_meta_inputs_matches_reference_loop(env_id, T):
