@@ -182,21 +182,14 @@ def _preset_grid(config: dict[str, Any]) -> dict[str, Any]:
 
 def _inside(value: float, dist: Any, fixed: float) -> bool:
     """Whether a value lies in what the training sampler draws (or equals the fixed value)."""
-
-    def between(v: float, low: float, high: float) -> bool:
-        slack = _REL_TOL * max(abs(low), abs(high), 1.0)
-        return low - slack <= v <= high + slack
-
-    if dist is None:
-        return between(value, fixed, fixed)
-    if dist.dist == "choice":
-        return between(value, min(dist.values), max(dist.values))
-    if dist.dist == "random_sign":
-        return between(abs(value), dist.low, dist.high)
-    return between(value, dist.low, dist.high)
+    span = _training_range(dist, fixed)
+    low, high = span["low"], span["high"]
+    slack = _REL_TOL * max(abs(low), abs(high), 1.0)
+    return low - slack <= (abs(value) if span.get("either_sign") else value) <= high + slack
 
 
 def _training_range(dist: Any, fixed: float) -> dict[str, Any]:
+    """The span a training sampler draws from; ``either_sign`` when its sign is random."""
     if dist is None:
         return {"low": fixed, "high": fixed}
     if dist.dist == "choice":
