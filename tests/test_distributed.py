@@ -188,24 +188,27 @@ def test_a_lost_process_stops_the_run_with_a_clear_error(tmp_path):
     args = ["evolve", "pendulum", "--popsize", "8", "--generations", "100000",
             "--out", str(tmp_path / "run"), "--coordinator", f"127.0.0.1:{port}",
             "--num-processes", "2"] + [f"--set={s}" for s in SMALL[:-1]]  # fmt: skip
+    # Output goes to files, not pipes: a pipe nobody reads fills up with progress lines and
+    # blocks the run before its first checkpoint.
+    logs = [tmp_path / f"process{i}.log" for i in range(2)]
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "esjax.cli", *args, "--process-id", str(i)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("w"),
             env=ENV,
         )
-        for i in range(2)
+        for i, log in enumerate(logs)
     ]
     try:
         deadline = time.monotonic() + 180
         while not (tmp_path / "run" / "checkpoint.msgpack").exists():
-            assert time.monotonic() < deadline and procs[0].poll() is None
+            assert time.monotonic() < deadline and procs[0].poll() is None, logs[0].read_text()
             time.sleep(0.5)
         procs[1].kill()
         killed = time.monotonic()
-        _, err = procs[0].communicate(timeout=90)
+        procs[0].wait(timeout=90)
+        err = logs[0].read_text()
     finally:
         for proc in procs:
             if proc.poll() is None:
