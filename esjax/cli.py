@@ -378,11 +378,11 @@ def _finish_evolve(summary: Any, report: ProgressReport) -> None:
     seeds = int(config.get("seeds", 1))
     per_seed = " per seed" if seeds > 1 else ""
     table.add_row("env steps", f"{summary.env_steps:,}{per_seed}")
-    table.add_row("wall time", _duration(summary.wall_s))
+    table.add_row("wall time (from building the task)", _duration(summary.wall_s))
     if summary.wall_s:
         rate = _count(seeds * summary.env_steps / summary.wall_s)
         table.add_row("env steps/s", f"{rate} (all seeds, with compilation)")
-    table.add_row("startup → first block", f"{report.first_report_s or math.nan:.1f} s")
+    table.add_row("process start → first block", f"{report.first_report_s or math.nan:.1f} s")
     table.add_row("eval return (final)", _number(summary.final_eval_return))
     table.add_row("eval return (best)", _number(summary.best_eval_return))
     tested = _test_saved_policies(run_dir, seeds) if threshold is not None else {}
