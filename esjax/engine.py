@@ -34,7 +34,6 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from esjax.fitness import (
-    member_returns,
     return_stats,
     to_fitness,
     ungroup_members,
@@ -352,8 +351,9 @@ def phase_functions(engine: Engine) -> dict[str, Callable]:
     """Jitted pieces of one generation of one seed, for timing where a generation goes.
 
     ``generation(key, sstate)`` is the fused step; ``ask(key, sstate) -> population``,
-    ``rollout(key, population) -> returns`` and ``tell(key, population, returns, sstate)``
-    are its parts compiled on their own.
+    ``rollout(key, population) -> returns`` (each member's mean return, reduced and gathered
+    as in the loop) and ``tell(key, population, returns, sstate)`` are its parts compiled on
+    their own.
     """
     strategy = engine.strategy
 
@@ -361,17 +361,17 @@ def phase_functions(engine: Engine) -> dict[str, Callable]:
         k_ask, k_rollout, k_tell = jax.random.split(key, 3)
         population, sstate = strategy.ask(k_ask, sstate)
         returns = rollout(k_rollout, population)
-        return strategy.tell(k_tell, population, to_fitness(member_returns(returns)), sstate)
+        return strategy.tell(k_tell, population, to_fitness(returns), sstate)
 
     def ask(key, sstate):
         return strategy.ask(key, sstate)[0]
 
     def rollout(key, population):
         params = jax.vmap(engine.unravel)(population)
-        return engine.population_rollout(key, params, None).returns
+        return engine.population_summary(key, params, None).returns
 
     def tell(key, population, returns, sstate):
-        return strategy.tell(key, population, to_fitness(member_returns(returns)), sstate)
+        return strategy.tell(key, population, to_fitness(returns), sstate)
 
     return {
         "generation": jax.jit(generation),
