@@ -235,24 +235,20 @@ def grid_returns(
     # which are traced, are pinned over what the training sampler draws (parameters off the
     # grid vary as in training), so one compiled program covers every cell. The rollout is
     # private to this call, so its jitted functions are traced only in here.
-    pinned: dict[str, Any] = {}
     trained = rollout.env_params_sampler
 
-    def sample(key, default):
-        drawn = default if trained is None else trained(key, default)
-        return drawn.replace(**pinned)
-
-    rollout.env_params_sampler = sample
-
     def cell_returns(values, key, params, obs_stats):
-        pinned.update({n: values[i].astype(dtypes[i]) for i, n in enumerate(names)})
+        cell = {n: values[i].astype(dtypes[i]) for i, n in enumerate(names)}
+
+        def sample(key, default):
+            drawn = default if trained is None else trained(key, default)
+            return drawn.replace(**cell)
+
+        rollout.env_params_sampler = sample  # read while this call is traced
         return rollout.population(key, params, episodes, obs_stats).returns[0]
 
     batched = jax.jit(jax.vmap(cell_returns, in_axes=(0, None, None, None)))
-    try:
-        returns = np.asarray(batched(cells, key, params, obs_stats))
-    finally:
-        pinned.clear()
+    returns = np.asarray(batched(cells, key, params, obs_stats))
     return returns.reshape(*(len(axes[n]) for n in names), episodes)
 
 
