@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
-import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,57 +20,12 @@ import numpy as np
 
 from esjax import runs
 from esjax.config import ConfigError, TaskConfig, apply_overrides, parse_task, to_dict
+from esjax.lifecycle import Interrupted, LostProcess, Run, RunSummary
+
+__all__ = ["Interrupted", "LostProcess", "RunSummary", "build_engine", "evolve", "resolve_config"]
 
 # Generations one compiled block scans; evaluation intervals longer than this take several.
 MAX_BLOCK = 50
-_ENGINE_KEYS = ("task", "strategy", "popsize", "rollouts", "seed", "seeds", "num_dims")
-
-
-class Interrupted(Exception):
-    """A run stopped by Ctrl-C after checkpointing its last completed generation."""
-
-    def __init__(self, run_dir: str | Path, generation: int | None = None):
-        self.run_dir = Path(run_dir)
-        self.generation = generation
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        at = f" at generation {self.generation}" if self.generation is not None else ""
-        return (
-            f"interrupted{at}; checkpoint saved in {self.run_dir}. Resume with "
-            f"`esjax evolve --resume --out {self.run_dir}` or "
-            f"evolve(..., out={str(self.run_dir)!r}, resume=True)"
-        )
-
-
-class LostProcess(RuntimeError):
-    """A multi-process run lost a peer; the last checkpoint in the run directory resumes it.
-
-    A script that catches it should leave with ``os._exit(code)`` (the CLI does): a normal
-    interpreter exit runs JAX's distributed shutdown, a barrier that waits for the dead peer.
-    """
-
-    def __init__(self, run_dir: str | Path, generation: int, cause: Exception):
-        self.run_dir = Path(run_dir)
-        self.generation = generation
-        super().__init__(
-            f"lost a process of this multi-process run after generation {generation} ({cause}); "
-            f"restart every process with `esjax evolve --resume --out {self.run_dir}` "
-            "(same --coordinator/--num-processes) to continue from the last checkpoint"
-        )
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    """What a finished run reached; returns are means over seeds."""
-
-    run_dir: Path
-    generations: int
-    env_steps: int
-    wall_s: float
-    final_eval_return: float | None
-    best_eval_return: float | None
-    solved_threshold: float | None = None
 
 
 # ---------------------------------------------------------------------------- resolving a run
@@ -221,28 +173,6 @@ def _default_run_dir(config: dict[str, Any]) -> Path:
 
 
 # ---------------------------------------------------------------------------- the loop
-@dataclass
-class _Host:
-    """Host-side run state saved in checkpoints next to the engine state."""
-
-    generation: int
-    env_steps: np.ndarray  # per seed
-    wall_s: float
-    best_eval: np.ndarray  # per seed; -inf before the first evaluation
-    best_params: np.ndarray  # per seed, flat
-    best_obs: tuple[np.ndarray, np.ndarray] | None
-    best_generation: np.ndarray
-
-    def meta(self) -> dict[str, Any]:
-        return {
-            "generation": self.generation,
-            "env_steps": [int(x) for x in self.env_steps],
-            "wall_s": self.wall_s,
-            "best_eval": [None if not math.isfinite(x) else float(x) for x in self.best_eval],
-            "best_generation": [int(x) for x in self.best_generation],
-        }
-
-
 def evolve(
     task: str | Path | TaskConfig | None,
     *,
@@ -271,21 +201,15 @@ def evolve(
     import jax
     import jax.numpy as jnp
 
-    from esjax.engine import from_host, to_host
-
-    # In a multi-process run every process computes the same replicated state; only process 0
-    # writes the run directory (the others read it to resume).
-    writer = jax.process_index() == 0
+    if block is not None and (not isinstance(block, int) or block <= 0):
+        raise ConfigError(f"block must be a positive integer, got {block!r}")
+    writer = jax.process_index() == 0  # only process 0 of a multi-process run writes files
+    timing = dict(writer=writer, checkpoint_every_s=checkpoint_every_s)
     if resume:
         if out is None:
             raise ConfigError("resume needs the run directory (out=...)")
-        run_dir = runs.prepare_run_dir(out, resume=True, overwrite=False)
-        config = runs.read_run_config(run_dir)
-        _check_resume_args(config, task, strategy, popsize, rollouts, seeds, overrides)
-        if generations is not None:
-            if generations <= 0:
-                raise ConfigError(f"generations must be a positive integer, got {generations!r}")
-            config["generations"] = generations
+        run = Run.reopen(out, generations=generations, **timing)
+        _check_resume_args(run.config, task, strategy, popsize, rollouts, seeds, overrides)
     else:
         config = resolve_config(
             task,
@@ -297,167 +221,28 @@ def evolve(
             seeds=seeds,
             overrides=overrides,
         )
-        run_dir = out if out is not None else _default_run_dir(config)
-        if writer:
-            run_dir = runs.prepare_run_dir(run_dir, resume=False, overwrite=overwrite)
-        run_dir = Path(run_dir)
+        out = out if out is not None else _default_run_dir(config)
+        run = Run.create(out, config, overwrite=overwrite, **timing)
 
-    start = time.perf_counter()
-    task_config, engine = build_engine(config)
-    if block is not None and (not isinstance(block, int) or block <= 0):
-        raise ConfigError(f"block must be a positive integer, got {block!r}")
-    per_visit = min(block or engine.block, engine.block)
-    config["popsize"] = engine.popsize
-    config["num_dims"] = engine.num_dims
-    total = int(config["generations"])
-    num_seeds = int(config["seeds"])
-    seed_ids = np.arange(config["seed"], config["seed"] + num_seeds)
-    every = task_config.evaluation.every
-
-    template = engine.init(jnp.asarray(seed_ids, jnp.int32))
-    if resume:
-        meta, leaves = runs.load_checkpoint(run_dir)
-        for key in _ENGINE_KEYS:
-            if meta["config"].get(key) != config.get(key):
-                raise ConfigError(f"{run_dir}: checkpoint and config.json disagree on {key!r}")
-        try:
-            state = engine.place(from_host(template, leaves[:-4]))
-        except ValueError as err:
-            raise ConfigError(f"{run_dir}: {err}") from err
-        best_params, best_mean, best_std, best_generation = leaves[-4:]
-        host = _Host(
-            generation=int(meta["generation"]),
-            env_steps=np.asarray(meta["env_steps"], np.int64),
-            wall_s=float(meta["wall_s"]),
-            best_eval=np.asarray(
-                [-np.inf if x is None else x for x in meta["best_eval"]], np.float64
-            ),
-            best_params=best_params,
-            best_obs=(best_mean, best_std) if engine.normalize_obs else None,
-            best_generation=best_generation,
-        )
-        if writer:
-            runs.truncate_metrics(run_dir, host.generation)
-    else:
-        state = template
-        flat = np.asarray(state.strategy.mean)
-        obs = _obs_arrays(engine, state)
-        host = _Host(
-            generation=0,
-            env_steps=np.zeros(num_seeds, np.int64),
-            wall_s=0.0,
-            best_eval=np.full(num_seeds, -np.inf),
-            best_params=flat.copy(),
-            best_obs=obs,
-            best_generation=np.zeros(num_seeds, np.int64),
-        )
-    if writer:
-        runs.write_json(run_dir / runs.CONFIG, config)
-    wall_offset = host.wall_s
-    last_checkpoint = time.perf_counter()
-    saved_generation = host.generation if resume else None
-
-    def wall() -> float:
-        return wall_offset + time.perf_counter() - start
-
-    def commit_files(state, host) -> None:
-        if not writer:
-            return
-        _save_policies(run_dir, engine, state, host)
-        leaves = [
-            *to_host(state),
-            host.best_params,
-            *(host.best_obs or (np.zeros(0, np.float32), np.zeros(0, np.float32))),
-            np.asarray(host.best_generation, np.int64),
-        ]
-        runs.save_checkpoint(run_dir, {**host.meta(), "config": config}, leaves)
-        nonlocal saved_generation
-        saved_generation = host.generation
-
-    try:
-        while host.generation < total:
-            g = host.generation
-            next_eval = (g // every + 1) * every
-            n = min(per_visit, next_eval - g, total - g)
-            new_state, metrics = engine.run_block(state, jnp.asarray(n, jnp.int32))
+    with run:
+        task_config, engine = build_engine(run.config)
+        run.begin(engine)
+        per_visit = min(block or engine.block, engine.block)
+        every = task_config.evaluation.every
+        while run.generation < run.total:
+            g = run.generation
+            n = min(per_visit, (g // every + 1) * every - g, run.total - g)
+            state, metrics = engine.run_block(run.state, jnp.asarray(n, jnp.int32))
             metrics = jax.device_get(metrics)
-            end = g + n
             evaluation = None
-            if end % every == 0:
-                evaluation = jax.device_get(engine.evaluate(new_state))
-            now = wall()
-            rows, env_steps = _rows(metrics, n, g, host, now, evaluation, seed_ids)
-            if writer:
-                runs.append_metrics(run_dir, rows)
-            best = _update_best(engine, new_state, host, evaluation, end)
-            host = _Host(end, env_steps, now, *best)
-            state = new_state
-            if (
-                host.generation >= total
-                or time.perf_counter() - last_checkpoint >= checkpoint_every_s
-            ):
-                commit_files(state, host)
-                last_checkpoint = time.perf_counter()
+            if (g + n) % every == 0:
+                evaluation = jax.device_get(engine.evaluate(state))
+            rows = run.record(state, metrics, n, evaluation)
             if on_progress is not None:
-                for row in rows[-num_seeds:]:
-                    on_progress(
-                        {**row, "generations": total, "seed": int(row.get("seed", seed_ids[0]))}
-                    )
-    except jax.errors.JaxRuntimeError as error:
-        # A collective with a dead peer fails (gloo: connection reset) rather than hanging; the
-        # checkpoint on disk is the last one written, so the run resumes from there.
-        if jax.process_count() > 1:
-            raise LostProcess(run_dir, host.generation, error) from error
-        raise
-    except KeyboardInterrupt:
-        if writer:
-            runs.truncate_metrics(run_dir, host.generation)
-        commit_files(state, host)
-        raise Interrupted(run_dir, host.generation) from None
-    except OSError as err:  # disk full, directory turned read-only: keep the last checkpoint
-        kept = (
-            "no checkpoint was written"
-            if saved_generation is None
-            else f"the checkpoint of generation {saved_generation} is kept; resume from it"
-        )
-        reason = err.strerror or str(err)
-        raise runs.StorageError(f"{run_dir}: cannot write ({reason}); {kept}") from err
-
-    final = jax.device_get(engine.evaluate(state))
-    final_return = float(np.mean(final["eval_return"]))
-    finite_best = host.best_eval[np.isfinite(host.best_eval)]
-    best_return = float(np.mean(finite_best)) if finite_best.size else None
-    summary = RunSummary(
-        run_dir=Path(run_dir),
-        generations=host.generation,
-        env_steps=int(np.mean(host.env_steps)),
-        wall_s=wall(),
-        final_eval_return=final_return,
-        best_eval_return=best_return,
-        solved_threshold=task_config.solved_return,
-    )
-    if not writer:
-        return summary
-    runs.write_json(
-        run_dir / runs.SUMMARY,
-        {
-            "generations": summary.generations,
-            "env_steps": summary.env_steps,
-            "env_steps_per_seed": [int(x) for x in host.env_steps],
-            "wall_s": summary.wall_s,
-            "final_eval_return": summary.final_eval_return,
-            "final_eval_return_per_seed": [float(x) for x in final["eval_return"]],
-            "best_eval_return": summary.best_eval_return,
-            "best_eval_return_per_seed": host.meta()["best_eval"],
-            "solved_threshold": summary.solved_threshold,
-            "solved": (
-                None
-                if summary.solved_threshold is None
-                else bool(final_return >= summary.solved_threshold)
-            ),
-        },
-    )
-    return summary
+                for row in rows[-len(run.seed_ids) :]:
+                    seed_id = int(row.get("seed", run.seed_ids[0]))
+                    on_progress({**row, "generations": run.total, "seed": seed_id})
+        return run.finish()
 
 
 def _check_resume_args(config, task, strategy, popsize, rollouts, seeds, overrides) -> None:
@@ -477,77 +262,6 @@ def _check_resume_args(config, task, strategy, popsize, rollouts, seeds, overrid
         raise ConfigError(f"cannot change seeds on resume (run has {config['seeds']})")
     if overrides and list(overrides) != list(config.get("overrides", [])):
         raise ConfigError("cannot change overrides (--set) on resume")
-
-
-def _obs_arrays(engine, state) -> tuple[np.ndarray, np.ndarray] | None:
-    stats = engine.obs_stats(state)
-    if stats is None:
-        return None
-    return np.asarray(stats.mean), np.asarray(stats.std)
-
-
-def _rows(metrics, n, g, host, now, evaluation, seed_ids):
-    """Metrics rows for generations ``g+1 .. g+n`` (one per seed), wall time interpolated."""
-    rows = []
-    env_steps = host.env_steps.copy()
-    multi = len(seed_ids) > 1
-    for i in range(n):
-        wall_s = host.wall_s + (now - host.wall_s) * (i + 1) / n
-        for s, seed in enumerate(seed_ids):
-            env_steps[s] += int(metrics["env_steps"][i, s])
-            row = {
-                "generation": g + i + 1,
-                "env_steps": int(env_steps[s]),
-                "wall_s": round(wall_s, 4),
-                "fitness_mean": float(metrics["fitness_mean"][i, s]),
-                "fitness_best": float(metrics["fitness_best"][i, s]),
-                "fitness_std": float(metrics["fitness_std"][i, s]),
-                "nonfinite": int(metrics["nonfinite"][i, s]),
-            }
-            if evaluation is not None and i == n - 1:
-                row["eval_return"] = float(evaluation["eval_return"][s])
-                row["eval_return_std"] = float(evaluation["eval_return_std"][s])
-                row["eval_best_return"] = float(evaluation["eval_best_return"][s])
-            if multi:
-                row["seed"] = int(seed)
-            rows.append(row)
-    return rows, env_steps
-
-
-def _update_best(engine, state, host, evaluation, generation):
-    """Keep, per seed, the best evaluated parameters (search mean or generation best)."""
-    best_eval = host.best_eval.copy()
-    best_params = host.best_params.copy()
-    best_generation = host.best_generation.copy()
-    best_obs = None if host.best_obs is None else (host.best_obs[0].copy(), host.best_obs[1].copy())
-    if evaluation is not None:
-        mean = np.asarray(state.strategy.mean)
-        member = np.asarray(state.gen_best)
-        obs = _obs_arrays(engine, state)
-        for s in range(len(best_eval)):
-            candidates = [
-                (evaluation["eval_return"][s], mean[s]),
-                (evaluation["eval_best_return"][s], member[s]),
-            ]
-            value, params = max(candidates, key=lambda c: -np.inf if np.isnan(c[0]) else c[0])
-            if value > best_eval[s]:
-                best_eval[s] = value
-                best_params[s] = params
-                best_generation[s] = generation
-                if obs is not None:
-                    best_obs[0][s], best_obs[1][s] = obs[0][s], obs[1][s]
-    return best_eval, best_params, best_obs, best_generation
-
-
-def _save_policies(run_dir, engine, state, host) -> None:
-    obs = _obs_arrays(engine, state)
-    meta = {"generation": host.generation}
-    runs.save_policy(
-        run_dir, "final", np.asarray(state.strategy.mean), *(obs or (None, None)), meta
-    )
-    best_meta = {**meta, "best_eval": host.meta()["best_eval"]}
-    best_meta["best_generation"] = [int(x) for x in host.best_generation]
-    runs.save_policy(run_dir, "best", host.best_params, *(host.best_obs or (None, None)), best_meta)
 
 
 # ---------------------------------------------------------------------------- evaluation
