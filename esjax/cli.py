@@ -2,7 +2,8 @@
 
 Everything a test needs without the CLI lives in the library; this module parses arguments,
 reports progress and turns errors into messages and exit codes: a config problem is one red
-line on stderr and exit code 2 (no traceback), Ctrl-C is exit code 130 after a checkpoint.
+line on stderr and exit code 2 (no traceback); a run stopped by Ctrl-C, SIGTERM, SIGHUP or
+SIGUSR1 checkpoints and exits with 128 + the signal number (130 for Ctrl-C, 143 for SIGTERM).
 JAX-heavy modules are imported inside the commands so that ``--help`` and ``list`` are quick.
 """
 
@@ -284,13 +285,24 @@ def evolve(
         int | None,
         typer.Option(envvar="ESJAX_PROCESS_ID", min=0, help="Multi-process run: this one's index."),
     ] = None,
+    checkpoint_every: Annotated[
+        float,
+        typer.Option(
+            "--checkpoint-every",
+            metavar="SECONDS",
+            min=0.0,
+            help="Seconds between periodic checkpoints (one is always written at the end).",
+        ),
+    ] = 30.0,
 ) -> None:
     """Evolve a policy for TASK and write a run directory (metrics, checkpoints, fitness.png).
 
     Shows live progress (generation, best and mean fitness, last evaluation return, env
     steps/s, ETA), then a summary table and whether the task's solve threshold was reached.
     An existing run directory is never replaced silently: pass --resume or --overwrite.
-    Ctrl-C writes a checkpoint and prints the command that resumes.
+    Ctrl-C, SIGTERM, SIGHUP or SIGUSR1 (what schedulers send before a kill) finish the block
+    in flight, write a checkpoint and print the command that resumes; a run killed outright
+    resumes from its last checkpoint. Only one process at a time may write a run directory.
     """
     overrides = tuple(set_ or ())
     if coordinator is not None or num_processes not in (None, 1):
@@ -331,10 +343,11 @@ def evolve(
                 overwrite=overwrite,
                 overrides=overrides,
                 on_progress=report,
+                checkpoint_every_s=checkpoint_every,
             )
     except Interrupted as stop:
         err.print(Text(str(stop), style="yellow"), soft_wrap=True)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        raise typer.Exit(stop.exit_code) from None
     except LostProcess as lost:
         print_error(str(lost))
         sys.stderr.flush()

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
+import numbers
 import tomllib
 import types
 import typing
@@ -358,4 +360,23 @@ class TaskConfig:
 
 def parse_task(raw: Mapping[str, Any], source: str) -> TaskConfig:
     """A :class:`TaskConfig` from a TOML table; ``source`` names the file in messages."""
+    check_finite(raw, f"{source}:")
     return parse_into(TaskConfig, raw, f"{source}:")
+
+
+def check_finite(value: Any, where: str) -> None:
+    """Refuse NaN or infinity anywhere in a (nested) table or list.
+
+    TOML and ``--set`` accept ``nan`` and ``inf``; as an env parameter, a sampler bound or a
+    strategy setting they would compile and train on garbage, so they are bad input. The walk
+    is generic: it needs no list of which settings are numbers.
+    """
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+        if not math.isfinite(float(value)):
+            raise ConfigError(_at(where, f"must be a finite number, got {value}"))
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            check_finite(item, _child(where, str(key)))
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            check_finite(item, f"{where}[{i}]")

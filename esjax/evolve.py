@@ -1,10 +1,11 @@
-"""The host loop: resolve a run, drive the engine block by block, log, checkpoint, resume.
+"""The host loop: resolve a run's config, build its engine, drive it block by block.
 
-``evolve`` is what the CLI's ``esjax evolve`` calls. Between blocks it evaluates on schedule,
-appends metrics, saves policies and (at most every ``checkpoint_every_s`` seconds, and always
-at the end or on Ctrl-C) an atomic checkpoint. A run resumed from a checkpoint continues
-bit-identically: the generation step is the same compiled program whatever the block
-boundaries, and everything it reads is in the checkpoint.
+``evolve`` is what the CLI's ``esjax evolve`` calls. Everything between blocks (metrics,
+policies, checkpoints every ``checkpoint_every_s`` seconds and at the end, the run directory's
+lock, stop signals) belongs to :class:`esjax.lifecycle.Run`. A run resumed from a checkpoint
+continues bit-identically: the generation step is the same compiled program whatever the
+block boundaries, and everything it reads is in the checkpoint. Before anything is built, a
+config is checked: non-finite numbers and a generation that cannot fit in memory are refused.
 """
 
 from __future__ import annotations
@@ -18,8 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from esjax import runs
-from esjax.config import ConfigError, TaskConfig, apply_overrides, parse_task, to_dict
+from esjax import memory, runs
+from esjax.config import (
+    ConfigError,
+    TaskConfig,
+    apply_overrides,
+    check_finite,
+    parse_task,
+    to_dict,
+)
 from esjax.lifecycle import Interrupted, LostProcess, Run, RunSummary
 
 __all__ = ["Interrupted", "LostProcess", "RunSummary", "build_engine", "evolve", "resolve_config"]
@@ -70,6 +78,7 @@ def resolve_config(
     settings = dict(task_config.strategy_settings) if own else {}
     settings.update(explicit.get("strategy_settings", {}))
     spec = load_strategy(strategy_name, settings, overrides_source=name)
+    check_finite(spec.settings, f"strategy {spec.name}: settings")
     for label, value in (
         ("generations", generations),
         ("rollouts", rollouts),
@@ -132,20 +141,56 @@ def clear_engine_cache() -> None:
     jax.clear_caches()
 
 
-def _build_engine(config: dict[str, Any]):
-    from esjax.engine import make_engine
-    from esjax.strategies import StrategySpec, build_strategy, resolve_settings, strategy_cost_hint
+def _strategy_spec(config: dict[str, Any]):
+    from esjax.strategies import StrategySpec, resolve_settings
+
+    s = config["strategy"]
+    settings = resolve_settings(s["algorithm"], [(s["settings"], "config")])
+    return StrategySpec(s["name"], s["algorithm"], settings, s.get("description", ""))
+
+
+def check_memory(config: dict[str, Any], rollout: Any = None) -> None:
+    """Refuse, from shapes only, a config whose generation cannot fit in the device's memory.
+
+    Runs before anything allocates a member's parameters (building the engine does); a config
+    that passed once in this process is not estimated again.
+    """
+    from esjax.strategies import build_strategy, resolve_popsize
     from esjax.tasks import make_rollout
 
-    where = "config"
-    task = parse_task(config["task"], where)
-    s = config["strategy"]
-    spec = StrategySpec(
-        s["name"], s["algorithm"], resolve_settings(s["algorithm"], [(s["settings"], where)]),
-        s.get("description", ""),
-    )  # fmt: skip
+    key = json.dumps({k: config.get(k) for k in ("task", "strategy", "rollouts", "popsize",
+                                                  "seeds")}, sort_keys=True)  # fmt: skip
+    if key in _FITS:
+        return
+    spec = _strategy_spec(config)
+    if rollout is None:
+        task = parse_task(config["task"], "config")
+        rollout = make_rollout(task, deterministic=True, source=config["task_name"])
+    popsize = config.get("popsize")
+    needs = memory.estimate(
+        rollout,
+        lambda num_dims: build_strategy(spec, num_dims, popsize),
+        lambda num_dims: resolve_popsize(spec, num_dims, popsize),
+        seeds=int(config.get("seeds", 1)),
+        rollouts=config["rollouts"],
+    )
+    memory.check_fits(needs)
+    _FITS.add(key)
+
+
+_FITS: set[str] = set()
+
+
+def _build_engine(config: dict[str, Any]):
+    from esjax.engine import make_engine
+    from esjax.strategies import build_strategy, strategy_cost_hint
+    from esjax.tasks import make_rollout
+
+    task = parse_task(config["task"], "config")
+    spec = _strategy_spec(config)
     # Training and evaluation episodes differ only in their keys, so one rollout serves both.
     rollout = make_rollout(task, deterministic=True, source=config["task_name"])
+    check_memory(config, rollout)  # building the engine allocates a member's parameters
     engine = make_engine(
         rollout,
         rollout,
@@ -196,7 +241,8 @@ def evolve(
     generations run between host visits (default and most: the task's evaluation interval,
     capped at ``MAX_BLOCK``); it changes when progress is reported, never the result. With
     ``resume=True`` the run in ``out`` continues (``generations`` may extend it); the other
-    settings come from its config.
+    settings come from its config. A stop signal (SIGTERM, SIGINT, SIGHUP, SIGUSR1) ends the
+    run after the block in flight with a checkpoint and raises :class:`Interrupted`.
     """
     import jax
     import jax.numpy as jnp
@@ -208,8 +254,9 @@ def evolve(
     if resume:
         if out is None:
             raise ConfigError("resume needs the run directory (out=...)")
-        run = Run.reopen(out, generations=generations, **timing)
-        _check_resume_args(run.config, task, strategy, popsize, rollouts, seeds, overrides)
+        given = (task, strategy, popsize, rollouts, seeds, overrides)
+        run = Run.reopen(out, generations=generations, **timing,
+                         check=lambda config: _check_resume_args(config, *given))  # fmt: skip
     else:
         config = resolve_config(
             task,
@@ -221,6 +268,7 @@ def evolve(
             seeds=seeds,
             overrides=overrides,
         )
+        check_memory(config)  # before the run directory exists
         out = out if out is not None else _default_run_dir(config)
         run = Run.create(out, config, overwrite=overwrite, **timing)
 
@@ -230,6 +278,7 @@ def evolve(
         per_visit = min(block or engine.block, engine.block)
         every = task_config.evaluation.every
         while run.generation < run.total:
+            run.stop_if_requested()  # SIGTERM, Ctrl-C, ...: checkpoint and raise Interrupted
             g = run.generation
             n = min(per_visit, (g // every + 1) * every - g, run.total - g)
             state, metrics = engine.run_block(run.state, jnp.asarray(n, jnp.int32))

@@ -1,4 +1,4 @@
-"""A run's life in one place: claim the directory, start or resume, record, checkpoint, finish.
+"""A run's life in one place: claim the directory, start or resume, record, checkpoint, stop.
 
 :class:`Run` is what :func:`esjax.evolve.evolve` drives. It owns everything between blocks of
 generations: the run directory, the host-side bookkeeping (env steps, wall time, best
@@ -7,14 +7,33 @@ early into errors that say how to continue (:class:`Interrupted`, :class:`LostPr
 :class:`~esjax.runs.StorageError`). The engine state and the host state change together as
 one :class:`Progress`, so a checkpoint is always of one completed generation.
 
+A run can be killed at any instant and resumed to the same result:
+
+* **One writer.** The writer holds an exclusive ``flock`` on ``run.lock`` in the directory from
+  before it writes anything until it exits; the kernel drops it however the process ends, so
+  there are no stale locks. A second run, resume or overwrite of a live run is refused.
+* **Resumable from the start.** ``config.json`` is written as soon as the lock is held; a run
+  directory with a config and no checkpoint resumes from generation 0 (the seeds decide it).
+* **Stop signals.** SIGTERM, SIGINT, SIGHUP and SIGUSR1 (what schedulers, containers and
+  Ctrl-C send before a kill) only set a flag; the loop finishes the block in flight,
+  checkpoints it and raises :class:`Interrupted` (exit code 128 + the signal number). A
+  second signal while checkpointing just sets the flag again.
+
 In a multi-process run every process computes the same replicated state; only process 0
 (the *writer*) writes the run directory, the others read it to resume.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import math
+import os
+import shutil
+import signal
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,18 +47,31 @@ from esjax.config import ConfigError, parse_task
 _ENGINE_KEYS = ("task", "strategy", "popsize", "rollouts", "seed", "seeds", "num_dims")
 
 
-class Interrupted(Exception):
-    """A run stopped by Ctrl-C after checkpointing its last completed generation."""
+# What Ctrl-C, schedulers (Slurm, Kubernetes, `docker stop`) and hang-ups send before a kill.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
 
-    def __init__(self, run_dir: str | Path, generation: int | None = None):
+
+class Interrupted(Exception):
+    """A run stopped by a signal (or Ctrl-C) after checkpointing its last completed generation."""
+
+    def __init__(
+        self, run_dir: str | Path, generation: int | None = None, signum: int = signal.SIGINT
+    ):
         self.run_dir = Path(run_dir)
         self.generation = generation
+        self.signum = int(signum)
         super().__init__(str(self))
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's convention for a process ended by a signal: 128 + its number."""
+        return 128 + self.signum
 
     def __str__(self) -> str:
         at = f" at generation {self.generation}" if self.generation is not None else ""
+        name = signal.Signals(self.signum).name
         return (
-            f"interrupted{at}; checkpoint saved in {self.run_dir}. Resume with "
+            f"interrupted by {name}{at}; checkpoint saved in {self.run_dir}. Resume with "
             f"`esjax evolve --resume --out {self.run_dir}` or "
             f"evolve(..., out={str(self.run_dir)!r}, resume=True)"
         )
@@ -60,6 +92,130 @@ class LostProcess(RuntimeError):
             f"restart every process with `esjax evolve --resume --out {self.run_dir}` "
             "(same --coordinator/--num-processes) to continue from the last checkpoint"
         )
+
+
+class RunInUse(ConfigError):
+    """Another live process holds the run directory's lock."""
+
+
+class RunLock:
+    """An exclusive ``flock`` on the run's lock file, held for the life of the run.
+
+    The kernel releases it when the process ends, however it ends, so a lock is never stale.
+    The file holds the owner's PID, for the message a second writer gets.
+    """
+
+    def __init__(self, fd: int):
+        self._fd = fd
+
+    @classmethod
+    def take(cls, run_dir: Path) -> RunLock:
+        path = run_dir / runs.LOCK
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            reason = err.strerror or str(err)
+            message = f"{run_dir}: cannot write to the run directory: {reason}"
+            raise runs.StorageError(message) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise RunInUse(
+                f"{run_dir} is in use by a running esjax process (PID {holder}); wait for it "
+                "to end or stop it (it checkpoints on SIGTERM), then --resume"
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(fd)
+
+    def sign(self) -> None:
+        """Write this process's PID into the lock file (once the run will go ahead)."""
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+
+    def release(self) -> None:
+        # The file stays: unlinking it would let a newcomer lock a fresh inode while a process
+        # that opened the old one still believes it holds the lock.
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _contents(run_dir: Path) -> list[Path]:
+    """What a directory holds apart from a lock file (a run killed before writing anything)."""
+    if not run_dir.is_dir():
+        return []
+    return [p for p in run_dir.iterdir() if p.name != runs.LOCK]
+
+
+def claim(run_dir: Path, *, resume: bool, overwrite: bool) -> tuple[RunLock, bool]:
+    """Lock ``run_dir`` for this process (creating it for a new run); ``(lock, created)``.
+
+    Checks that need no lock (a file in the way, a directory that is no run) come first, so
+    a refused directory gets no lock file; everything else is decided under the lock.
+    """
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"{run_dir} exists and is not a directory")
+    if resume and not runs.is_run_dir(run_dir):
+        raise ConfigError(f"{run_dir}: not an esjax run (no {runs.CONFIG}); nothing to resume")
+    if not resume and _contents(run_dir) and not runs.is_run_dir(run_dir):
+        if not overwrite:
+            raise ConfigError(f"{run_dir} exists; use --resume or --overwrite")
+        raise ConfigError(f"{run_dir} is not an esjax run directory; refusing to overwrite it")
+    created = not run_dir.exists()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        reason = err.strerror or str(err)
+        raise runs.StorageError(f"{run_dir}: cannot create the run directory: {reason}") from None
+    lock = None
+    try:
+        lock = RunLock.take(run_dir)
+        runs.check_writable(run_dir)
+        if not resume and _contents(run_dir):
+            if not overwrite:
+                raise ConfigError(f"{run_dir} exists; use --resume or --overwrite")
+            for path in _contents(run_dir):
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+        lock.sign()  # a refused claim leaves every file as it was, the lock file included
+    except BaseException:
+        if lock is None:  # the directory may be another process's live run: touch nothing
+            if created:
+                with contextlib.suppress(OSError):
+                    run_dir.rmdir()  # only if still empty
+        else:
+            if created:  # ours alone: we hold its lock
+                shutil.rmtree(run_dir, ignore_errors=True)
+            lock.release()
+        raise
+    return lock, created
+
+
+class StopSignals:
+    """While entered (in the main thread), the stop signals set :attr:`received` instead of
+    killing; the previous handlers come back on exit, so library callers keep theirs."""
+
+    def __init__(self):
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.received is None:  # the first signal names the stop; later ones change nothing
+            self.received = signum
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for signum in STOP_SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        self._previous.clear()
 
 
 @dataclass(frozen=True)
@@ -116,12 +272,16 @@ class Run:
     """
 
     def __init__(self, run_dir: Path, config: dict[str, Any], *, resumed: bool, writer: bool,
-                 checkpoint_every_s: float):  # fmt: skip
+                 checkpoint_every_s: float, lock: RunLock | None = None,
+                 created: bool = False):  # fmt: skip
         self.run_dir = run_dir
         self.config = config
         self.resumed = resumed
         self.writer = writer
         self.checkpoint_every_s = checkpoint_every_s
+        self._lock = lock
+        self._created = created
+        self._signals = StopSignals()
         self.engine: Any = None
         self.progress: Progress | None = None
         self.saved_generation: int | None = None
@@ -132,24 +292,54 @@ class Run:
     @classmethod
     def create(cls, run_dir: str | Path, config: dict[str, Any], *, overwrite: bool,
                writer: bool, checkpoint_every_s: float) -> Run:  # fmt: skip
-        """A new run in ``run_dir`` (refused if it holds anything unless ``overwrite``)."""
+        """A new run in ``run_dir`` (refused if it holds anything unless ``overwrite``).
+
+        The config is written at once, so the run resumes (from generation 0) from here on.
+        """
+        run_dir, lock, created = Path(run_dir), None, False
         if writer:
-            run_dir = runs.prepare_run_dir(run_dir, resume=False, overwrite=overwrite)
-        return cls(Path(run_dir), config, resumed=False, writer=writer,
-                   checkpoint_every_s=checkpoint_every_s)  # fmt: skip
+            lock, created = claim(run_dir, resume=False, overwrite=overwrite)
+            try:
+                runs.write_json(run_dir / runs.CONFIG, config)
+            except OSError as err:
+                if created:
+                    shutil.rmtree(run_dir, ignore_errors=True)
+                lock.release()
+                reason = err.strerror or str(err)
+                raise runs.StorageError(f"{run_dir}: cannot write ({reason})") from None
+        return cls(run_dir, config, resumed=False, writer=writer,
+                   checkpoint_every_s=checkpoint_every_s, lock=lock, created=created)  # fmt: skip
 
     @classmethod
     def reopen(cls, run_dir: str | Path, *, generations: int | None, writer: bool,
-               checkpoint_every_s: float) -> Run:  # fmt: skip
-        """The run in ``run_dir``, to continue (to ``generations`` in all, when given)."""
-        run_dir = runs.prepare_run_dir(run_dir, resume=True, overwrite=False)
-        config = runs.read_run_config(run_dir)
+               checkpoint_every_s: float,
+               check: Callable[[dict[str, Any]], None] | None = None) -> Run:  # fmt: skip
+        """The run in ``run_dir``, to continue (to ``generations`` in all, when given).
+
+        ``check(config)`` may refuse the run's config (arguments that contradict it).
+        """
+        if generations is not None and (not isinstance(generations, int) or generations <= 0):
+            raise ConfigError(f"generations must be a positive integer, got {generations!r}")
+        run_dir, lock = Path(run_dir), None
+        if writer:
+            lock, _ = claim(run_dir, resume=True, overwrite=False)
+        try:
+            config = runs.read_run_config(run_dir)
+            if check is not None:
+                check(config)
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
         if generations is not None:
-            if generations <= 0:
-                raise ConfigError(f"generations must be a positive integer, got {generations!r}")
             config["generations"] = generations
-        return cls(Path(run_dir), config, resumed=True, writer=writer,
-                   checkpoint_every_s=checkpoint_every_s)  # fmt: skip
+        return cls(run_dir, config, resumed=True, writer=writer,
+                   checkpoint_every_s=checkpoint_every_s, lock=lock)  # fmt: skip
+
+    def release(self) -> None:
+        """Give up the directory without running (what ``with run:`` does on leaving)."""
+        if self._lock is not None:
+            self._lock.release()
 
     # ------------------------------------------------------------------ the run
     @property
@@ -173,13 +363,26 @@ class Run:
         return self._wall_offset + time.perf_counter() - self._started
 
     def __enter__(self) -> Run:
+        self._signals.__enter__()
         self._started = time.perf_counter()
         return self
 
     def __exit__(self, kind, error, traceback) -> None:
+        try:
+            self._translate(error)
+        finally:
+            self._signals.__exit__()
+            self.release()
+
+    def _translate(self, error: BaseException | None) -> None:
+        """Re-raise how the run ended as what the caller can act on (see the module docstring)."""
         import jax
 
-        if error is None or self.progress is None:
+        if error is None:
+            return
+        if self.progress is None:
+            if isinstance(error, ConfigError) and self.writer and not self.resumed:
+                self._discard()
             return
         if isinstance(error, jax.errors.JaxRuntimeError):
             # A collective with a dead peer fails (gloo: connection reset) rather than hanging;
@@ -194,9 +397,25 @@ class Run:
         elif isinstance(error, OSError):  # disk full, directory read-only: keep the last one
             raise self._storage_error(error) from error
 
+    def _discard(self) -> None:
+        """Leave no run behind when a new one is refused before it starts (e.g. cannot fit)."""
+        if self._created:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            return
+        for path in _contents(self.run_dir):
+            with contextlib.suppress(OSError):
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+    def stop_if_requested(self) -> None:
+        """After a stop signal: checkpoint the last completed generation, raise Interrupted."""
+        signum = self._signals.received
+        if signum is not None:
+            self.checkpoint()
+            raise Interrupted(self.run_dir, self.generation, signum)
+
     def _storage_error(self, err: OSError) -> runs.StorageError:
         kept = (
-            "no checkpoint was written"
+            "no checkpoint was written; --resume starts again from generation 0"
             if self.saved_generation is None
             else f"the checkpoint of generation {self.saved_generation} is kept; resume from it"
         )
@@ -204,7 +423,11 @@ class Run:
         return runs.StorageError(f"{self.run_dir}: cannot write ({reason}); {kept}")
 
     def begin(self, engine: Any) -> None:
-        """The starting point: the checkpoint of a resumed run, else generation 0 of the seeds."""
+        """The starting point: the run's checkpoint, else generation 0 of its seeds.
+
+        A resumed run without a checkpoint (killed before its first one) starts from
+        generation 0 again, which is exactly where it started.
+        """
         import jax.numpy as jnp
 
         self.engine = engine
@@ -213,9 +436,14 @@ class Run:
         config["num_dims"] = engine.num_dims
         seeds = len(self.seed_ids)
         template = engine.init(jnp.asarray(self.seed_ids, jnp.int32))
-        if self.resumed:
+        has_checkpoint = any(
+            (self.run_dir / name).is_file() for name in (runs.CHECKPOINT, runs.PREV_CHECKPOINT)
+        )
+        if self.resumed and has_checkpoint:
             state, host = self._restore(template)
         else:
+            if self.resumed and self.writer:
+                runs.truncate_metrics(self.run_dir, 0)
             state = template
             host = HostState(
                 generation=0,

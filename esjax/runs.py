@@ -9,12 +9,15 @@ A run directory holds::
     final_policy.msgpack   the search mean at the last checkpoint, per seed
     best_policy.msgpack    the best evaluated parameters so far, per seed
     summary.json           written when the run finishes
+    run.lock               locked (``flock``) by the process writing the run; holds its PID
 
 Binary files are msgpack (``flax.serialization``), never pickle, wrapped with a SHA-256 of
 their payload so a torn or edited file is refused rather than half-loaded. Every file is
 written to a temporary name, fsynced and renamed, so a crash leaves the old version or the new
-one, never a mix. Only the names above are ever read: a pickle left in a run directory is
-reported and ignored. This module uses NumPy only; JAX is imported when a policy is loaded.
+one, never a mix, and a reader of a live run sees whole files (``metrics.jsonl`` is appended
+whole lines at a time; a torn last line is skipped). Only the names above are ever read: a
+pickle left in a run directory is reported and ignored. This module uses NumPy only; JAX is
+imported when a policy is loaded.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import tempfile
 import warnings
 from collections.abc import Iterable
@@ -42,6 +44,7 @@ CHECKPOINT = "checkpoint.msgpack"
 PREV_CHECKPOINT = "checkpoint.prev.msgpack"
 DAMAGED_CHECKPOINT = "checkpoint.damaged.msgpack"
 SUMMARY = "summary.json"
+LOCK = "run.lock"
 POLICIES = {"final": "final_policy.msgpack", "best": "best_policy.msgpack"}
 _FORMAT = "esjax"
 _VERSION = 1
@@ -131,37 +134,6 @@ def unpack(path: str | Path, kind: str) -> tuple[dict[str, Any], dict[str, np.nd
 # ---------------------------------------------------------------------------- run directory
 def is_run_dir(path: str | Path) -> bool:
     return (Path(path) / CONFIG).is_file()
-
-
-def prepare_run_dir(path: str | Path, *, resume: bool, overwrite: bool) -> Path:
-    """Check (and create) a run directory for a new run or a resumed one."""
-    path = Path(path)
-    if resume:
-        if not is_run_dir(path) or not any(
-            (path / name).is_file() for name in (CHECKPOINT, PREV_CHECKPOINT)
-        ):
-            raise ConfigError(f"{path}: not an esjax run with a checkpoint; nothing to resume")
-        check_writable(path)
-        return path
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"{path} exists and is not a directory")
-    if path.is_dir() and any(path.iterdir()):
-        if not overwrite:
-            raise ConfigError(f"{path} exists; use --resume or --overwrite")
-        if not is_run_dir(path):
-            raise ConfigError(f"{path} is not an esjax run directory; refusing to overwrite it")
-        shutil.rmtree(path)
-    created = not path.exists()
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        check_writable(path)
-    except (OSError, StorageError) as err:
-        if created and path.is_dir() and not any(path.iterdir()):
-            path.rmdir()
-        if isinstance(err, StorageError):
-            raise
-        raise StorageError(f"{path}: cannot create the run directory: {_reason(err)}") from None
-    return path
 
 
 def check_writable(path: str | Path) -> None:

@@ -92,6 +92,14 @@ BAD_INPUT = {
         ["evolve", "cartpole", "--set", 'env_sampler.max_torque={dist="uniform",low=1,high=2}'],
         ["'max_torque' is not a parameter", "CartPole-v1 has discrete actions"],
     ),
+    "nonfinite_env_param": (
+        ["evolve", "pendulum", "--set", "env_params.l=nan"],
+        ["env_params.l", "must be a finite number, got nan"],
+    ),
+    "network_that_cannot_fit": (
+        ["evolve", "pendulum", "--set", "policy.hidden=[100000,100000]"],
+        ["a generation needs about", "GiB", "available", "policy.hidden"],
+    ),
 }
 
 
@@ -298,9 +306,10 @@ def test_disk_full_mid_run_keeps_the_last_good_checkpoint(reference, tmp_path, m
 
 # ---------------------------------------------------------------------------- numerics
 def test_nonfinite_returns_rank_worst_are_counted_and_the_search_goes_on(tmp_path):
-    # A NaN speed limit makes every state, action and return NaN.
+    # A torque limit of 1e38 (finite: NaN settings are refused as bad input) makes the squared
+    # action in the reward overflow, so every return is -inf.
     out = tmp_path / "run"
-    overrides = [*SMALL, "env_params.max_speed=nan"]
+    overrides = [*SMALL, "env_params.max_torque=1e38"]
     summary = evolve("pendulum", generations=3, out=out, popsize=8, overrides=overrides)
     assert summary.generations == 3
     rows = runs.load_metrics(out)

@@ -1,0 +1,126 @@
+"""Memory preflight: refuse a run whose generation cannot fit, before anything is allocated.
+
+The estimate uses shapes only (``jax.eval_shape`` of the policy's and the strategy's
+initialisation), so a network of ten billion weights is refused in milliseconds instead of
+failing deep inside XLA after minutes. It counts what a generation holds at once, per seed:
+the strategy state twice (the scan carries one while building the next), three
+population-sized arrays (the noise, the population, the weighted noise of ``tell``), and the
+rollout's activations. Every device draws the whole population, so devices that share the
+host's memory (CPU devices) each count. It is an estimate for refusing the impossible, not a
+promise that a run which passes fits.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from esjax.config import ConfigError
+
+_FLOAT = 4  # bytes of a float32
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes one generation needs on the most loaded memory, and what that memory offers."""
+
+    needed: int
+    available: int | None
+    where: str  # "host memory" or the accelerator's kind
+    num_dims: int
+    popsize: int
+
+    @property
+    def fits(self) -> bool:
+        return self.available is None or self.needed <= self.available
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:,.1f} GiB"
+
+
+def available_memory(devices: list[Any]) -> tuple[int | None, str]:
+    """Free bytes on the first device, or the host's available memory for CPU devices."""
+    device = devices[0]
+    stats = None
+    if device.platform != "cpu":
+        try:
+            stats = device.memory_stats()
+        except Exception:  # not every backend reports memory
+            stats = None
+    if stats and "bytes_limit" in stats:
+        return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)), device.device_kind
+    return _host_available(), "host memory"
+
+
+def _host_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _bytes(tree: Any) -> int:
+    import jax
+
+    return sum(math.prod(leaf.shape) * leaf.dtype.itemsize for leaf in jax.tree.leaves(tree))
+
+
+def estimate(
+    rollout: Any,
+    build_strategy: Callable[[int], Any],
+    popsize_for: Callable[[int], int],
+    *,
+    seeds: int,
+    rollouts: int,
+) -> MemoryEstimate:
+    """What a generation of ``rollout`` with the strategy ``build_strategy(num_dims)`` needs.
+
+    ``popsize_for(num_dims)`` is the population size; ``build_strategy`` is only traced.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    key = jax.random.key(0)
+    params = jax.eval_shape(rollout.init_params, key)
+    num_dims = sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(params))
+    popsize = popsize_for(num_dims)
+    try:
+
+        def init(k):
+            return build_strategy(num_dims).init(k, jnp.zeros((num_dims,), jnp.float32))
+
+        state = _bytes(jax.eval_shape(init, key))
+    except Exception:  # a strategy that cannot be traced here: its mean, std and moments
+        state = 4 * num_dims * _FLOAT
+    population = popsize * num_dims * _FLOAT
+    # Activations live only within a step; every layer's output width once per episode.
+    width = sum(leaf.shape[-1] for leaf in jax.tree.leaves(params) if leaf.shape)
+    activations = 2 * popsize * rollouts * width * _FLOAT
+    per_device = seeds * (2 * state + 3 * population + activations)
+    devices = list(rollout.devices)
+    available, where = available_memory(devices)
+    shared = len(devices) if devices[0].platform == "cpu" else 1
+    return MemoryEstimate(per_device * shared, available, where, num_dims, popsize)
+
+
+def check_fits(found: MemoryEstimate) -> None:
+    """One line with both numbers and the knobs to turn when a generation cannot fit."""
+    if found.fits:
+        return
+    raise ConfigError(
+        f"a generation needs about {_gib(found.needed)} but {found.where} has "
+        f"{_gib(found.available)} available (popsize {found.popsize} x {found.num_dims:,} "
+        "policy parameters); lower --popsize, policy.hidden (--set policy.hidden=[...]) "
+        "or --seeds"
+    )
