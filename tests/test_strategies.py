@@ -452,3 +452,25 @@ def test_cli_list_marks_tuned_presets_and_shows_every_algorithm(tmp_path):
         assert any(line.split()[:1] == [name] for line in lines), name
     guided = next(line for line in lines if line.split()[:1] == ["GuidedES"])
     assert "cannot run" in guided
+
+
+@pytest.mark.parametrize("name", ["DifferentialEvolution", "xNES"])
+def test_a_discovered_algorithm_resumes_bit_identically(name, tmp_path):
+    from esjax import runs
+    from esjax.evolve import evolve
+
+    small = [
+        "episode_length=16",
+        "evaluation.every=2",
+        "evaluation.episodes=4",
+        "policy.hidden=[4]",
+    ]
+    run = dict(task="pendulum", strategy=name, popsize=8, overrides=small)
+    straight = evolve(generations=4, out=tmp_path / "straight", **run)
+    evolve(generations=2, out=tmp_path / "resumed", **run)
+    resumed = evolve("pendulum", generations=4, out=tmp_path / "resumed", resume=True)
+    assert resumed.generations == straight.generations == 4
+    _, a = runs.load_checkpoint(tmp_path / "straight")
+    _, b = runs.load_checkpoint(tmp_path / "resumed")
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x, y)
