@@ -160,9 +160,12 @@ def load_strategy(
         raw = {"algorithm": algorithm, "description": algorithms.description(algorithm)}
         return parse_strategy(algorithm, raw, f"evosax {algorithm}", overrides, where)
     elif not name_or_path.endswith(".toml") and not Path(name_or_path).is_file():
-        valid = [*preset_names, *algorithms.REGISTRY]
+        valid = {n.lower(): n for n in [*algorithms.REGISTRY, *preset_names]}  # presets win
+        hint = suggest(name_or_path.lower(), list(valid))
+        if hint:  # names match case-insensitively, so suggest the way they are spelled
+            hint = f" (did you mean {valid[hint.split(chr(39))[1]]!r}?)"
         raise ConfigError(
-            f"unknown strategy {name_or_path!r}{suggest(name_or_path, valid)}; "
+            f"unknown strategy {name_or_path!r}{hint}; "
             f"valid strategy names: {', '.join(preset_names)} (tuned presets), "
             f"or any evosax algorithm: {', '.join(algorithms.REGISTRY)}"
         )
