@@ -234,7 +234,11 @@ def evolve(
     ] = None,
     strategy: Annotated[
         str | None,
-        typer.Option("--strategy", "-s", help="Strategy preset name; default: the task's."),
+        typer.Option(
+            "--strategy",
+            "-s",
+            help="Strategy preset or any evosax algorithm (see `esjax list`); default: the task's.",
+        ),
     ] = None,
     popsize: Annotated[
         int | None, typer.Option("--popsize", "-p", help="Members per generation.")
@@ -680,17 +684,29 @@ def render(
 @app.command(name="list", epilog=_example("esjax list"))
 @handles_errors
 def list_() -> None:
-    """Task and strategy presets shipped with esjax, with one-line descriptions."""
+    """Task presets, tuned strategy presets and every evosax algorithm, with descriptions."""
     from esjax import presets
+    from esjax.strategies import catalogue
 
-    for kind, title in (("task", "Tasks"), ("strategy", "Strategies")):
-        table = Table(title=title, title_justify="left", show_edge=False)
-        table.add_column("name", style="cyan", no_wrap=True)
-        table.add_column("description")
-        for name, text in presets.describe(kind):
-            table.add_row(name, text)
-        console.print(table)
-        console.print()
+    table = Table(title="Tasks", title_justify="left", show_edge=False)
+    table.add_column("name", style="cyan", no_wrap=True)
+    table.add_column("description")
+    for name, text in presets.describe("task"):
+        table.add_row(name, text)
+    console.print(table)
+    console.print()
+    table = Table(title="Strategies", title_justify="left", show_edge=False)
+    table.add_column("name", style="cyan", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("description")
+    styles = {"tuned preset": "bold green", "evosax": "", "cannot run": "dim"}
+    for name, kind, text in catalogue():
+        table.add_row(name, Text(kind, style=styles[kind]), text)
+    console.print(table)
+    console.print()
+    console.print(
+        "Names are case-insensitive; a tuned preset wins over the evosax algorithm it tunes."
+    )
     console.print(r"Run one: [cyan]esjax evolve TASK \[--strategy NAME][/cyan]")
 
 

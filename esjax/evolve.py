@@ -73,7 +73,7 @@ def resolve_config(
     strategy_name = strategy or task_config.strategy
     # A task's strategy_settings are tuned for its own strategy; with another strategy only the
     # settings given explicitly as overrides apply.
-    own = strategy_name == raw.get("strategy", "open_es")
+    own = strategy_name.lower() == str(raw.get("strategy", "open_es")).lower()
     explicit = apply_overrides({}, [o for o in overrides if o.startswith("strategy_settings.")])
     settings = dict(task_config.strategy_settings) if own else {}
     settings.update(explicit.get("strategy_settings", {}))

@@ -1,10 +1,12 @@
-"""Strategies: a strategy preset becomes one evosax object, its params and its optax optimizer.
+"""Strategies: a strategy becomes one evosax object, its params and its optax optimizer.
 
-A preset (``strategies/NAME.toml``) names an evosax 0.3 class (``algorithm``) and its
-``[settings]``; a task's ``strategy_settings`` and ``--set`` overrides are merged on top. Every
-setting is checked against the class's own list, so a typo is an error that lists the valid
-names. No ES maths lives here: the search itself is evosax's; this module only decides which
-optimizer, standard-deviation schedule, sampling and fitness shaping it is built with.
+A strategy is a tuned preset (``strategies/NAME.toml``: an evosax class name, ``algorithm``, and
+its ``[settings]``) or any evosax algorithm by name with esjax's defaults. A task's
+``strategy_settings`` and ``--set`` overrides are merged on top. Which settings an algorithm
+takes is read from evosax itself (:mod:`esjax.algorithms`); every setting is checked against
+that list, so a typo is an error that lists the valid names. No ES maths lives here: the search
+itself is evosax's; this module only decides which optimizer, standard-deviation schedule,
+sampling and fitness shaping it is built with.
 
 The strategy works on a flat parameter vector (its ``solution`` is a 1-D template), so the
 population is a ``(popsize, num_dims)`` array; the engine unravels it for the rollout.
@@ -16,108 +18,22 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-import evosax.algorithms as ea
 import jax
 import jax.numpy as jnp
 import optax
 from evosax.core import fitness_shaping as shaping
 from evosax.core.optimizer import clipup
+from flax import struct
 
+from esjax import algorithms
+from esjax.algorithms import OPTIMIZERS, SHAPING_FNS, Setting, settings_table
 from esjax.config import ConfigError, suggest
 from esjax.fitness import grouped_shaping
 
-OPTIMIZERS = ("sgd", "adam", "clipup")
-FITNESS_SHAPING = ("centered_rank", "standardize", "normalize")
-NOISE_PRNGS = ("threefry", "rbg", "unsafe_rbg")
-MEAN_INITS = ("policy", "zeros")
-_SHAPING_FNS = {
-    "centered_rank": shaping.centered_rank_fitness_shaping_fn,
-    "standardize": shaping.standardize_fitness_shaping_fn,
-    "normalize": shaping.normalize_fitness_shaping_fn,
-}
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One tunable: its default, its kind (``number``, ``int``, ``bool`` or a tuple of choices)."""
-
-    default: Any
-    kind: Any
-    help: str = ""
-
-
-# Settings every algorithm takes.
-_COMMON = {
-    "popsize": Setting(256, "popsize", "members per generation; 'auto' = 4 + 3 ln(num_dims)"),
-    "l2_penalty": Setting(0.0, "number", "L2 penalty on the parameters, in return units"),
-    "noise_prng": Setting("threefry", NOISE_PRNGS, "PRNG implementation for the ask draw"),
-    "mean_init": Setting("policy", MEAN_INITS, "initial mean: the policy's own init or zeros"),
-}
-# Settings of gradient-following strategies (an optax optimizer moves the mean).
-_OPTIMIZED = {
-    "optimizer": Setting("adam", OPTIMIZERS, "optax optimizer on the mean"),
-    "learning_rate": Setting(0.05, "number", "optimizer step size"),
-    "lr_decay": Setting(1.0, "number", "learning rate multiplied by this every generation"),
-    "lr_min": Setting(0.0, "number", "floor of the decayed learning rate"),
-    "momentum": Setting(0.9, "number", "sgd / clipup momentum; Adam's b1"),
-    "max_velocity": Setting(0.1, "number", "clipup: largest step norm"),
-    "weight_decay": Setting(0.0, "number", "decoupled decay of the mean per generation (AdamW)"),
-}
-
-ALGORITHMS: dict[str, dict[str, Setting]] = {
-    "Open_ES": {
-        **_COMMON,
-        **_OPTIMIZED,
-        "std_init": Setting(0.1, "number", "perturbation standard deviation"),
-        "std_decay": Setting(1.0, "number", "std multiplied by this every generation"),
-        "std_min": Setting(0.0, "number", "floor of the decayed std"),
-        "antithetic": Setting(True, "bool", "mirrored perturbations (+z, -z)"),
-        "fitness_shaping": Setting("centered_rank", FITNESS_SHAPING, "raw fitness -> weights"),
-        "env_groups": Setting(
-            1, "groups", "groups of members sharing episode starts; 'auto' = popsize / 32"
-        ),
-    },
-    "PGPE": {
-        **_COMMON,
-        **_OPTIMIZED,
-        "optimizer": Setting("clipup", OPTIMIZERS, "optax optimizer on the mean"),
-        "learning_rate": Setting(0.15, "number", "optimizer step size"),
-        "max_velocity": Setting(0.3, "number", "clipup: largest step norm"),
-        "std_init": Setting(0.1, "number", "initial per-parameter std"),
-        "std_lr": Setting(0.1, "number", "std learning rate"),
-        "std_max_change": Setting(0.2, "number", "largest relative std change per generation"),
-        "fitness_shaping": Setting("centered_rank", FITNESS_SHAPING, "raw fitness -> weights"),
-        "env_groups": Setting(
-            1, "groups", "groups of members sharing episode starts; 'auto' = popsize / 32"
-        ),
-    },
-    "SNES": {
-        **_COMMON,
-        **_OPTIMIZED,
-        "optimizer": Setting("sgd", OPTIMIZERS, "optax optimizer on the mean"),
-        "learning_rate": Setting(1.0, "number", "mean step size (1.0 = natural gradient)"),
-        "momentum": Setting(0.0, "number", "sgd momentum"),
-        "std_init": Setting(0.1, "number", "initial per-parameter std"),
-        "lr_std": Setting(None, "number", "std learning rate; default (3 + ln n) / (5 sqrt n)"),
-    },
-    "Sep_CMA_ES": {
-        **_COMMON,
-        "std_init": Setting(0.1, "number", "initial step size"),
-        "std_min": Setting(0.0, "number", "smallest step size"),
-        "std_max": Setting(1e8, "number", "largest step size"),
-    },
-    "CMA_ES": {
-        **_COMMON,
-        "popsize": Setting("auto", "popsize", "members per generation; 'auto' = 4 + 3 ln(n)"),
-        "std_init": Setting(0.1, "number", "initial step size"),
-        "std_min": Setting(0.0, "number", "smallest step size"),
-        "std_max": Setting(1e8, "number", "largest step size"),
-    },
-}
-# Classes whose ask draws mirrored pairs and so needs an even population.
-_EVEN_POPSIZE = {"Open_ES", "PGPE"}
+__all__ = ["OPTIMIZERS", "Setting", "Strategy", "StrategySpec", "build_strategy", "load_strategy"]
 
 
 @dataclass(frozen=True)
@@ -175,7 +91,7 @@ def resolve_settings(algorithm: str, layers: list[tuple[Mapping[str, Any], str]]
 
     An unknown setting names its source and lists the settings this algorithm takes.
     """
-    table = ALGORITHMS[algorithm]
+    table = settings_table(algorithm)
     settings = {name: s.default for name, s in table.items()}
     for layer, where in layers:
         for name, value in layer.items():
@@ -203,13 +119,17 @@ def parse_strategy(
                 f"{source}: unknown key {key!r}{suggest(key, valid_keys)}; "
                 f"valid keys: {', '.join(valid_keys)}"
             )
-    algorithm = raw.get("algorithm")
-    if algorithm not in ALGORITHMS:
+    algorithm = algorithms.canonical_name(str(raw.get("algorithm")))
+    if algorithm is None:
+        valid = list(algorithms.REGISTRY)
         raise ConfigError(
-            f"{source}: unknown algorithm {algorithm!r}"
-            f"{suggest(str(algorithm), list(ALGORITHMS))}; "
-            f"valid algorithms: {', '.join(ALGORITHMS)}"
+            f"{source}: unknown algorithm {raw.get('algorithm')!r}"
+            f"{suggest(str(raw.get('algorithm')), valid)}; valid algorithms: {', '.join(valid)}"
         )
+    try:
+        settings_table(algorithm)
+    except ConfigError as error:
+        raise ConfigError(f"{source}: {error}") from None
     settings_raw = raw.get("settings", {})
     if not isinstance(settings_raw, Mapping):
         raise ConfigError(f"{source}: settings must be a table")
@@ -222,11 +142,60 @@ def parse_strategy(
 def load_strategy(
     name_or_path: str, overrides: Mapping[str, Any] | None = None, overrides_source: str = "task"
 ) -> StrategySpec:
-    """A strategy preset by name (``open_es``) or path, with ``overrides`` on top."""
-    from esjax.presets import locate
+    """A strategy by preset name (``open_es``), path or evosax name, with ``overrides`` on top.
 
-    name, raw, source = locate("strategy", name_or_path)
-    return parse_strategy(name, raw, source, overrides, f"{overrides_source}: strategy_settings")
+    Names are matched case-insensitively; a tuned preset wins over the evosax algorithm of the
+    same name (``open_es`` is the preset, ``xnes`` is evosax's xNES with esjax's defaults).
+    """
+    from esjax import presets
+
+    where = f"{overrides_source}: strategy_settings"
+    preset_names = presets.names("strategy")
+    lowered = {n.lower(): n for n in preset_names}
+    if name_or_path.lower() in lowered:
+        name_or_path = lowered[name_or_path.lower()]
+    elif not name_or_path.endswith(".toml") and algorithms.canonical_name(name_or_path):
+        algorithm = algorithms.canonical_name(name_or_path)
+        algorithms.check_runnable(algorithm)
+        raw = {"algorithm": algorithm, "description": algorithms.description(algorithm)}
+        return parse_strategy(algorithm, raw, f"evosax {algorithm}", overrides, where)
+    elif not name_or_path.endswith(".toml") and not Path(name_or_path).is_file():
+        valid = {n.lower(): n for n in [*algorithms.REGISTRY, *preset_names]}  # presets win
+        hint = suggest(name_or_path.lower(), list(valid))
+        if hint:  # names match case-insensitively, so suggest the way they are spelled
+            hint = f" (did you mean {valid[hint.split(chr(39))[1]]!r}?)"
+        raise ConfigError(
+            f"unknown strategy {name_or_path!r}{hint}; "
+            f"valid strategy names: {', '.join(preset_names)} (tuned presets), "
+            f"or any evosax algorithm: {', '.join(algorithms.REGISTRY)}"
+        )
+    name, raw, source = presets.locate("strategy", name_or_path)
+    return parse_strategy(name, raw, source, overrides, where)
+
+
+def catalogue() -> list[tuple[str, str, str]]:
+    """``(name, kind, description)`` of every strategy a user can name, tuned presets first.
+
+    ``kind`` is ``"tuned preset"``, ``"evosax"`` (runs with esjax's defaults) or
+    ``"cannot run"`` (the description then says why). Reads no evosax params: it is instant.
+    """
+    from esjax import presets
+
+    rows, tuned = [], {}
+    for name, text in presets.describe("strategy"):
+        algorithm = str(presets.locate("strategy", name)[1].get("algorithm", ""))
+        tuned.setdefault(algorithms.canonical_name(algorithm), []).append(name)
+        rows.append((name, "tuned preset", f"{text} [{algorithm}]"))
+    for name in algorithms.REGISTRY:
+        reason = algorithms.refusal(name)
+        if reason:
+            rows.append((name, "cannot run", reason))
+            continue
+        text = algorithms.description(name)
+        if name in tuned:
+            text = text.rstrip(".") + f"; tuned preset: {', '.join(tuned[name])}"
+        rows.append((name, "evosax", text))
+    return rows
 
 
 def resolve_popsize(spec: StrategySpec, num_dims: int, popsize: int | None = None) -> int:
@@ -238,7 +207,7 @@ def resolve_popsize(spec: StrategySpec, num_dims: int, popsize: int | None = Non
     value = int(value)
     if value < 2:
         raise ConfigError(f"popsize must be at least 2, got {value}")
-    if spec.algorithm in _EVEN_POPSIZE and value % 2:
+    if mirrored(spec) and value % 2:
         raise ConfigError(
             f"popsize {value}: {spec.algorithm} samples mirrored pairs, so popsize must be even"
         )
@@ -271,7 +240,7 @@ def env_groups(spec: StrategySpec, popsize: int) -> int:
 
 def mirrored(spec: StrategySpec) -> bool:
     """Whether the strategy's population is ``[+z, -z]`` (member i mirrors i + popsize/2)."""
-    return spec.algorithm == "PGPE" or (spec.algorithm == "Open_ES" and spec.settings["antithetic"])
+    return algorithms.is_mirrored(spec.algorithm, spec.settings)
 
 
 def _decaying(value: float, decay: float, floor: float) -> optax.Schedule:
@@ -304,8 +273,9 @@ def make_optimizer(settings: Mapping[str, Any]) -> optax.GradientTransformation:
 
 
 def _shaping(spec: StrategySpec, default: Callable) -> Callable:
+    """The fitness shaping a spec asks for (``evosax`` = the class default), grouped, penalised."""
     settings = spec.settings
-    fn = _SHAPING_FNS[settings["fitness_shaping"]] if "fitness_shaping" in settings else default
+    fn = SHAPING_FNS.get(settings["fitness_shaping"], default)
     if settings.get("env_groups", 1) > 1:
         fn = grouped_shaping(fn, settings["env_groups"], mirrored(spec))
     if settings["l2_penalty"]:
@@ -313,11 +283,28 @@ def _shaping(spec: StrategySpec, default: Callable) -> Callable:
     return fn
 
 
+@struct.dataclass
+class PopulationState:
+    """A population-based algorithm's evosax state, plus the member esjax tests as its "mean".
+
+    evosax starts these algorithms from an *evaluated* population. esjax evaluates it as the
+    run's first generation: until ``evaluated`` the ``ask`` returns the initial population
+    unchanged, and the first ``tell`` is evosax's ``init`` with that population's fitness.
+    ``mean`` is the best member of the current population (evosax's ``get_best_solution``).
+    """
+
+    algorithm: Any
+    mean: jax.Array
+    evaluated: jax.Array
+
+
 @dataclass(frozen=True)
 class Strategy:
     """One evosax object and its params, built once per run; pure ``init``/``ask``/``tell``.
 
-    ``es`` is never mutated, so the engine can close over it in jitted code.
+    ``es`` is never mutated, so the engine can close over it in jitted code. A
+    population-based algorithm's state is wrapped in :class:`PopulationState`; every other
+    state is evosax's own.
     """
 
     spec: StrategySpec
@@ -325,6 +312,7 @@ class Strategy:
     params: Any
     popsize: int
     num_dims: int
+    population_based: bool = False
 
     def initial_mean(self, policy_init: jax.Array) -> jax.Array:
         """Where the search starts: the policy's initialisation, or all zeros."""
@@ -332,8 +320,19 @@ class Strategy:
             return jnp.zeros_like(policy_init)
         return policy_init
 
+    def initial_population(self, key: jax.Array, mean: jax.Array) -> jax.Array:
+        """A population-based algorithm's first population: ``mean + std_init * N(0, I)``."""
+        noise = jax.random.normal(key, (self.popsize, self.num_dims), mean.dtype)
+        return mean + self.spec.settings["std_init"] * noise
+
     def init(self, key: jax.Array, mean: jax.Array) -> Any:
-        return self.es.init(key, mean, self.params)
+        if not self.population_based:
+            return self.es.init(key, mean, self.params)
+        population = self.initial_population(key, mean)
+        # A placeholder of the right structure; the first tell re-initialises it for real.
+        unevaluated = jnp.full((self.popsize,), jnp.inf, jnp.float32)
+        placeholder = self.es.init(key, population, unevaluated, self.params)
+        return PopulationState(placeholder, mean, jnp.zeros((), bool))
 
     def ask(self, key: jax.Array, state: Any) -> tuple[jax.Array, Any]:
         """``(population (popsize, num_dims), state)``.
@@ -344,18 +343,49 @@ class Strategy:
         impl = self.spec.settings["noise_prng"]
         if impl != "threefry":
             key = jax.random.wrap_key_data(jax.random.bits(key, (4,), jnp.uint32), impl=impl)
-        return self.es.ask(key, state, self.params)
+        if not self.population_based:
+            return self.es.ask(key, state, self.params)
+        population, inner = jax.lax.cond(
+            state.evaluated,
+            lambda: self.es.ask(key, state.algorithm, self.params),
+            lambda: (state.algorithm.population, state.algorithm),
+        )
+        return population, state.replace(algorithm=inner)
 
     def tell(self, key: jax.Array, population: jax.Array, fitness: jax.Array, state: Any) -> Any:
-        state, _ = self.es.tell(key, population, fitness, state, self.params)
-        return state
+        if not self.population_based:
+            state, _ = self.es.tell(key, population, fitness, state, self.params)
+            return state
+        inner = jax.lax.cond(
+            state.evaluated,
+            lambda: self.es.tell(key, population, fitness, state.algorithm, self.params)[0],
+            lambda: self.es.init(key, population, fitness, self.params),
+        )
+        best = self.es.get_best_solution(inner)
+        return PopulationState(inner, best, jnp.ones((), bool))
 
     def mean(self, state: Any) -> jax.Array:
         return state.mean
 
 
+def _param_value(default: Any, value: Any) -> Any:
+    """``value`` in the type evosax's default params use for that field."""
+    if hasattr(default, "dtype"):
+        return jnp.asarray(value, default.dtype)
+    return type(default)(value)
+
+
+def evosax_class(algorithm: str) -> type:
+    """The class esjax builds for ``algorithm``: the one place to substitute another."""
+    return algorithms.REGISTRY[algorithm]
+
+
 def build_strategy(spec: StrategySpec, num_dims: int, popsize: int | None = None) -> Strategy:
-    """The evosax object for ``spec`` over a flat ``num_dims`` vector."""
+    """The evosax object for ``spec`` over a flat ``num_dims`` vector.
+
+    Constructor arguments and params fields come from the spec's settings by the names
+    :mod:`esjax.algorithms` discovered; a setting left at ``None`` keeps evosax's own value.
+    """
     n = resolve_popsize(spec, num_dims, popsize)
     if "env_groups" in spec.settings:
         # Concrete from here on: the engine reads the group count from the built strategy.
@@ -363,45 +393,31 @@ def build_strategy(spec: StrategySpec, num_dims: int, popsize: int | None = None
             spec, settings={**spec.settings, "env_groups": env_groups(spec, n)}
         )
     s = spec.settings
+    found = algorithms.info(spec.algorithm)
+    cls = evosax_class(spec.algorithm)
+    kwargs = algorithms.constructor_kwargs(spec.algorithm, s)
+    if found.takes_optimizer:
+        kwargs["optimizer"] = make_optimizer(s)
+    if found.takes_std_schedule:
+        kwargs["std_schedule"] = _decaying(s["std_init"], s["std_decay"], s["std_min"])
+    default_shaping = algorithms.default_shaping(spec.algorithm)
+    kwargs["fitness_shaping_fn"] = _shaping(spec, default_shaping)
     solution = jnp.zeros((num_dims,), jnp.float32)
-    algorithm = spec.algorithm
-    if algorithm == "Open_ES":
-        es = ea.Open_ES(
-            n,
-            solution,
-            use_antithetic_sampling=s["antithetic"],
-            optimizer=make_optimizer(s),
-            std_schedule=_decaying(s["std_init"], s["std_decay"], s["std_min"]),
-            fitness_shaping_fn=_shaping(spec, shaping.centered_rank_fitness_shaping_fn),
-        )
-        params = es.default_params
-    elif algorithm == "PGPE":
-        es = ea.PGPE(
-            n,
-            solution,
-            optimizer=make_optimizer(s),
-            fitness_shaping_fn=_shaping(spec, shaping.centered_rank_fitness_shaping_fn),
-        )
-        params = es.default_params.replace(
-            std_init=s["std_init"], std_lr=s["std_lr"], std_max_change=s["std_max_change"]
-        )
-    elif algorithm == "SNES":
-        es = ea.SNES(
-            n,
-            solution,
-            optimizer=make_optimizer(s),
-            fitness_shaping_fn=_shaping(spec, shaping.weights_fitness_shaping_fn),
-        )
-        params = es.default_params.replace(std_init=jnp.asarray(s["std_init"]))
-        if s["lr_std"] is not None:
-            params = params.replace(lr_std_init=jnp.asarray(s["lr_std"]))
-    else:  # CMA_ES, Sep_CMA_ES
-        cls = ea.CMA_ES if algorithm == "CMA_ES" else ea.Sep_CMA_ES
-        es = cls(n, solution, fitness_shaping_fn=_shaping(spec, shaping.weights_fitness_shaping_fn))
-        params = es.default_params.replace(
-            std_init=jnp.asarray(s["std_init"]), std_min=s["std_min"], std_max=s["std_max"]
-        )
-    return Strategy(spec, es, params, n, num_dims)
+    try:
+        es = cls(n, solution, **kwargs)
+    except (AssertionError, ValueError) as error:  # evosax checks its arguments with asserts
+        reason = str(error).strip() or type(error).__name__
+        raise ConfigError(
+            f"{spec.algorithm} cannot be built with popsize {n} and {num_dims} parameters: {reason}"
+        ) from None
+    defaults = es.default_params
+    replace = {
+        evosax_name: _param_value(getattr(defaults, evosax_name), s[name])
+        for name, evosax_name in found.param_settings.items()
+        if s.get(name) is not None
+    }
+    params = defaults.replace(**replace)
+    return Strategy(spec, es, params, n, num_dims, found.population_based)
 
 
 def strategy_cost_hint(
@@ -412,18 +428,19 @@ def strategy_cost_hint(
     A rough count of floating-point work per generation: the rollouts evaluate an MLP of
     ``num_dims`` weights (~2 flops each) at every step of every member's episodes; diagonal
     strategies touch each of ``popsize x num_dims`` noise entries a few dozen times (drawing a
-    Gaussian dominates); full CMA-ES also multiplies by and decomposes an n x n covariance.
+    Gaussian dominates); full-matrix strategies (CMA-ES, xNES, ...) also multiply by and
+    decompose an n x n matrix.
     """
     n, p = float(num_dims), float(popsize)
     rollout = 2.0 * n * p * steps_per_member
-    full = spec.algorithm == "CMA_ES"
+    full = algorithms.info(spec.algorithm).quadratic
     strategy = 4.0 * p * n * n + 10.0 * n**3 if full else 30.0 * p * n
     # Below ~1e8 flops (milliseconds) the strategy's cost is not worth a warning.
     if strategy < 0.5 * rollout or strategy < 1e8:
         return None
     advice = (
         "prefer sep_cma_es, snes or open_es above ~1000 parameters"
-        if spec.algorithm == "CMA_ES"
+        if full
         else "longer episodes or more rollouts per member amortise it"
     )
     return (

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import evosax.algorithms as ea
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
+from evosax.core import fitness_shaping as shaping
 
-from esjax import presets
+from esjax import algorithms, presets
 from esjax.config import ConfigError
 from esjax.fitness import (
     group_members,
@@ -18,8 +27,8 @@ from esjax.fitness import (
     ungroup_members,
 )
 from esjax.strategies import (
-    ALGORITHMS,
     build_strategy,
+    catalogue,
     load_strategy,
     parse_strategy,
     resolve_popsize,
@@ -96,11 +105,11 @@ def test_popsize_rules():
     assert resolve_popsize(spec, 100, None) == spec.settings["popsize"]
 
 
-def test_every_algorithm_has_a_preset_and_settings_are_documented():
-    algorithms = {load_strategy(name).algorithm for name in PRESETS}
-    assert algorithms == set(ALGORITHMS)
-    for table in ALGORITHMS.values():
-        assert all(setting.help for setting in table.values())
+def test_every_preset_names_an_evosax_algorithm_and_settings_are_documented():
+    for name in PRESETS:
+        algorithm = load_strategy(name).algorithm
+        assert algorithm in algorithms.REGISTRY
+        assert all(setting.help for setting in algorithms.settings_table(algorithm).values())
 
 
 @pytest.mark.parametrize("mirrored", [True, False])
@@ -204,3 +213,264 @@ def test_cost_hint_flags_strategies_that_rival_the_rollouts():
     assert strategy_cost_hint(load_strategy("open_es"), 4481, 2048, 200) is None
     # Very short episodes leave the Gaussian draw as the larger share.
     assert strategy_cost_hint(load_strategy("open_es"), 4481, 2048, 5) is not None
+
+
+# ------------------------------------------------------------- every evosax algorithm by name
+# Each esjax path is checked against evosax called directly: the reference below builds the
+# evosax class by hand with the arguments esjax documents for that algorithm (esjax's std_init
+# 0.1, Adam 0.05 with b1 0.9 where the constructor takes an optimizer, evosax's default fitness
+# shaping) and runs init/ask/tell with the same keys.
+_ADAM = optax.adam(optax.constant_schedule(0.05), b1=0.9)
+_STD = optax.constant_schedule(0.1)
+_SGD = optax.sgd(1.0)
+REFERENCES = {
+    "xNES": (lambda n, d: ea.xNES(n, jnp.zeros(d), optimizer=_ADAM), {"std_init": 0.1}),
+    "ARS": (
+        lambda n, d: ea.ARS(n, jnp.zeros(d), optimizer=_ADAM, std_schedule=_STD),
+        {"std_init": 0.1},
+    ),
+    "DES": (lambda n, d: ea.DiscoveredES(n, jnp.zeros(d), optimizer=_ADAM), {"std_init": 0.1}),
+    "MA_ES": (lambda n, d: ea.MA_ES(n, jnp.zeros(d)), {"std_init": 0.1}),
+    "CR_FM_NES": (lambda n, d: ea.CR_FM_NES(n, jnp.zeros(d)), {"std_init": 0.1}),
+    "iAMaLGaM_Univariate": (
+        lambda n, d: ea.iAMaLGaM_Univariate(n, jnp.zeros(d), std_schedule=_STD),
+        {},
+    ),
+    "LES": (lambda n, d: ea.LearnedES(n, jnp.zeros(d)), {"std_init": 0.1}),
+    "DifferentialEvolution": (lambda n, d: ea.DifferentialEvolution(n, jnp.zeros(d)), {}),
+    "SimpleGA": (lambda n, d: ea.SimpleGA(n, jnp.zeros(d), std_schedule=_STD), {}),
+    "PSO": (lambda n, d: ea.PSO(n, jnp.zeros(d)), {}),
+    "LGA": (lambda n, d: ea.LearnedGA(n, jnp.zeros(d)), {"std_init": 0.1}),
+}
+
+
+def _with_defaults(params, values):
+    replaced = {}
+    for name, value in values.items():
+        default = getattr(params, name)
+        replaced[name] = jnp.asarray(value, default.dtype) if hasattr(default, "dtype") else value
+    return params.replace(**replaced)
+
+
+def _assert_trees_equal(a, b):
+    leaves_a, leaves_b = jax.tree.leaves(a), jax.tree.leaves(b)
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    for x, y in zip(leaves_a, leaves_b, strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.mark.parametrize("name", list(REFERENCES))
+def test_discovered_algorithm_matches_evosax_called_directly(name):
+    popsize, num_dims, generations = 8, 5, 3
+    target = jnp.linspace(-0.5, 0.5, num_dims)
+
+    def fitness(population):  # evosax minimises; no sign flip needed at this level
+        return jnp.sum((population - target) ** 2, axis=-1)
+
+    strategy = build_strategy(load_strategy(name, {"popsize": popsize}), num_dims)
+    make, params_values = REFERENCES[name]
+    es = make(popsize, num_dims)
+    params = _with_defaults(es.default_params, params_values)
+    mean = jnp.full((num_dims,), 0.2)
+    k_init, *keys = jax.random.split(jax.random.key(7), 1 + 2 * generations)
+
+    state = strategy.init(k_init, mean)
+    if strategy.population_based:
+        # evosax starts from an evaluated population: esjax's first generation evaluates
+        # mean + std_init * N(0, I) drawn with the init key, then calls evosax's init.
+        first = mean + 0.1 * jax.random.normal(k_init, (popsize, num_dims))
+        population, state = strategy.ask(keys[0], state)
+        np.testing.assert_array_equal(population, first)
+        state = strategy.tell(keys[1], population, fitness(population), state)
+        ref = es.init(keys[1], first, fitness(first), params)
+        start = 1
+    else:
+        ref = es.init(k_init, mean, params)
+        start = 0
+    for g in range(start, generations):
+        k_ask, k_tell = keys[2 * g], keys[2 * g + 1]
+        population, state = strategy.ask(k_ask, state)
+        ref_population, ref = es.ask(k_ask, ref, params)
+        np.testing.assert_array_equal(population, ref_population)
+        state = strategy.tell(k_tell, population, fitness(population), state)
+        ref, _ = es.tell(k_tell, ref_population, fitness(ref_population), ref, params)
+    inner = state.algorithm if strategy.population_based else state
+    _assert_trees_equal(inner, ref)
+    if strategy.population_based:  # the deployed member is evosax's best of the population
+        np.testing.assert_array_equal(strategy.mean(state), es.get_best_solution(ref))
+
+
+@pytest.mark.parametrize("name", [n for n in algorithms.REGISTRY if algorithms.refusal(n) is None])
+def test_every_runnable_algorithm_steps_in_scan(name):
+    strategy = build_strategy(load_strategy(name, {"popsize": 8}), num_dims=4)
+    target = jnp.arange(4.0) / 4
+
+    def generation(state, key):
+        k_ask, k_tell = jax.random.split(key)
+        population, state = strategy.ask(k_ask, state)
+        returns = -jnp.sum((population - target) ** 2, axis=-1)
+        return strategy.tell(k_tell, population, to_fitness(returns), state), population
+
+    state = strategy.init(jax.random.key(0), jnp.zeros(4))
+    state, populations = jax.jit(
+        lambda s: jax.lax.scan(generation, s, jax.random.split(jax.random.key(1), 3))
+    )(state)
+    assert populations.shape == (3, 8, 4)
+    assert strategy.mean(state).shape == (4,)
+    assert np.all(np.isfinite(np.asarray(strategy.mean(state)))), name
+
+
+def test_settings_are_discovered_from_evosax():
+    for name in ("CMA_ES", "xNES", "DifferentialEvolution", "ASEBO", "DiffusionEvolution"):
+        table = algorithms.settings_table(name)
+        es = algorithms.REGISTRY[name](8, jnp.zeros(6))
+        params = es.default_params
+        for f in dataclasses.fields(params):  # every scalar params field is a setting
+            if np.ndim(getattr(params, f.name)) == 0 and not isinstance(
+                getattr(params, f.name), dict
+            ):
+                assert algorithms.RENAMED.get(f.name, f.name) in table, (name, f.name)
+    assert "subspace_dims" in algorithms.settings_table("ASEBO")  # a constructor keyword
+    assert "num_generations" in algorithms.settings_table("DiffusionEvolution")
+    # A params field set by name reaches evosax; unset ones keep evosax's derived value.
+    spec = load_strategy("xnes", {"popsize": 8, "lr_B": 0.05})
+    strategy = build_strategy(spec, num_dims=6)
+    reference = ea.xNES(8, jnp.zeros(6)).default_params
+    assert float(strategy.params.lr_B) == pytest.approx(0.05)
+    assert float(strategy.params.lr_std_init) == float(reference.lr_std_init)
+    # A constructor keyword set by name reaches evosax.
+    asebo = build_strategy(load_strategy("asebo", {"popsize": 8, "subspace_dims": 3}), 6)
+    assert asebo.es.subspace_dims == 3
+
+
+def test_a_new_evosax_algorithm_needs_no_code_here(monkeypatch):
+    class BoostedSNES(ea.SNES):
+        """A stand-in for an algorithm added to evosax later, with a new keyword."""
+
+        def __init__(
+            self,
+            population_size,
+            solution,
+            boost: float = 2.0,
+            optimizer=_SGD,
+            fitness_shaping_fn=shaping.weights_fitness_shaping_fn,
+        ):
+            super().__init__(population_size, solution, optimizer, fitness_shaping_fn)
+            self.boost = boost
+
+    monkeypatch.setitem(algorithms.REGISTRY, "BoostedSNES", BoostedSNES)
+    table = algorithms.settings_table("BoostedSNES")
+    assert table["boost"].default == 2.0 and "std_init" in table and "lr_std" in table
+    strategy = build_strategy(load_strategy("boostedsnes", {"popsize": 8, "boost": 3.0}), 4)
+    assert isinstance(strategy.es, BoostedSNES) and strategy.es.boost == 3.0
+    algorithms.info.cache_clear()
+
+
+def test_names_are_case_insensitive_and_presets_win():
+    assert load_strategy("XNES").algorithm == "xNES"
+    assert load_strategy("differentialevolution").name == "DifferentialEvolution"
+    tuned = load_strategy("OPEN_ES")
+    assert tuned.name == "open_es" and tuned.settings["std_init"] == 0.15  # the preset's value
+    with pytest.raises(ConfigError, match=r"did you mean 'xNES'") as err:
+        load_strategy("xnse")
+    assert "\n" not in str(err.value) and "ARS" in str(err.value)
+
+
+def test_unknown_discovered_setting_is_one_line_listing_valid_ones():
+    with pytest.raises(ConfigError) as err:
+        load_strategy("xnes", {"lr_b": 0.1})
+    message = str(err.value)
+    assert "xNES has no setting 'lr_b'" in message and "did you mean 'lr_B'" in message
+    assert "valid settings:" in message and "lr_std" in message and "optimizer" in message
+    assert "\n" not in message
+    with pytest.raises(ConfigError, match="must be a number"):
+        load_strategy("pso", {"inertia_coeff": "high"})
+    with pytest.raises(ConfigError, match="choose from auto, legacy_2023, symmetric"):
+        load_strategy("lga", {"mutation_feature_encoding": "new"})
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("guidedes", "surrogate gradient"),
+        ("PersistentES", "truncated unrolls"),
+        ("noisereusees", "truncated unrolls"),
+        ("sv_open_es", "Stein-variational"),
+        ("SV_CMA_ES", "Stein-variational"),
+        ("randomsearch", "'sampling_fn'"),
+    ],
+)
+def test_algorithms_that_cannot_run_are_refused_in_one_line(name, reason):
+    with pytest.raises(ConfigError, match=reason) as err:
+        load_strategy(name)
+    assert "cannot run in esjax" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_evosax_argument_checks_become_one_line_errors():
+    # evosax asserts an even population for mirrored sampling; esjax reports it before compiling.
+    with pytest.raises(ConfigError, match=r"ARS cannot be built with popsize 7.*even"):
+        build_strategy(load_strategy("ars", {"popsize": 7}), num_dims=4)
+
+
+def test_catalogue_marks_presets_and_lists_every_algorithm():
+    rows = catalogue()
+    kinds = {name: kind for name, kind, _ in rows}
+    assert set(algorithms.REGISTRY) <= set(kinds)
+    assert {kinds[name] for name in PRESETS} == {"tuned preset"}
+    assert kinds["GuidedES"] == "cannot run" and kinds["xNES"] == "evosax"
+    runnable = [n for n in algorithms.REGISTRY if kinds[n] == "evosax"]
+    assert len(runnable) >= 30
+    text = {name: text for name, _, text in rows}
+    assert "tuned preset: open_es" in text["Open_ES"]
+
+
+def _esjax(*args: str, cwd) -> subprocess.CompletedProcess:
+    """The console script in a subprocess, as a user runs it (this checkout's esjax)."""
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, COLUMNS="200", TERM="dumb", JAX_PLATFORMS="cpu")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo), env.get("PYTHONPATH")]))
+    command = [sys.executable, "-c", "from esjax.cli import main; main()", *args]
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_cli_refuses_an_algorithm_that_cannot_run_in_one_line(tmp_path):
+    result = _esjax("evolve", "cartpole", "--strategy", "GuidedES", "-g", "1", cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "surrogate gradient" in lines[0], result.stderr
+    assert not (tmp_path / "runs").exists()  # refused before any run directory or compile
+
+
+def test_cli_list_marks_tuned_presets_and_shows_every_algorithm(tmp_path):
+    result = _esjax("list", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    for name in PRESETS:
+        assert any(line.split()[:3] == [name, "│", "tuned"] for line in lines if line.split())
+    for name in algorithms.REGISTRY:
+        assert any(line.split()[:1] == [name] for line in lines), name
+    guided = next(line for line in lines if line.split()[:1] == ["GuidedES"])
+    assert "cannot run" in guided
+
+
+@pytest.mark.parametrize("name", ["DifferentialEvolution", "xNES"])
+def test_a_discovered_algorithm_resumes_bit_identically(name, tmp_path):
+    from esjax import runs
+    from esjax.evolve import evolve
+
+    small = [
+        "episode_length=16",
+        "evaluation.every=2",
+        "evaluation.episodes=4",
+        "policy.hidden=[4]",
+    ]
+    run = dict(task="pendulum", strategy=name, popsize=8, overrides=small)
+    straight = evolve(generations=4, out=tmp_path / "straight", **run)
+    evolve(generations=2, out=tmp_path / "resumed", **run)
+    resumed = evolve("pendulum", generations=4, out=tmp_path / "resumed", resume=True)
+    assert resumed.generations == straight.generations == 4
+    _, a = runs.load_checkpoint(tmp_path / "straight")
+    _, b = runs.load_checkpoint(tmp_path / "resumed")
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x, y)

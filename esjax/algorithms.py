@@ -1,0 +1,324 @@
+"""evosax's algorithms as esjax sees them: which exist, what each can be set to, which can run.
+
+Nothing here is written per algorithm. An algorithm's settings are
+
+* esjax's own, for what esjax supplies to every algorithm: popsize, the initial mean, the
+  Gaussian draw's PRNG, an L2 penalty, fitness shaping, and - where the constructor takes them -
+  the optax optimizer with its learning-rate schedule and the standard-deviation schedule;
+* every scalar field of evosax's ``default_params`` (a flax struct dataclass), default "evosax's
+  value" because many are derived from popsize and the parameter count;
+* every plain keyword of the constructor (a bool, int, float or enum default).
+
+So a new evosax algorithm is usable by name without code here. The few that need something an
+episode return cannot give them are refused with the reason, before anything compiles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import inspect
+import sys
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+import evosax.algorithms as ea
+import jax
+import jax.numpy as jnp
+from evosax.algorithms.population_based.base import PopulationBasedAlgorithm
+from evosax.core import fitness_shaping as shaping
+
+from esjax.config import ConfigError, suggest
+
+REGISTRY: dict[str, type] = dict(ea.algorithms)
+
+OPTIMIZERS = ("sgd", "adam", "clipup")
+NOISE_PRNGS = ("threefry", "rbg", "unsafe_rbg")
+MEAN_INITS = ("policy", "zeros")
+SHAPING_FNS = {
+    "identity": shaping.identity_fitness_shaping_fn,
+    "centered_rank": shaping.centered_rank_fitness_shaping_fn,
+    "standardize": shaping.standardize_fitness_shaping_fn,
+    "normalize": shaping.normalize_fitness_shaping_fn,
+    # evosax's recombination weights (``params.weights``), for CMA-like algorithms
+    "weights": shaping.weights_fitness_shaping_fn,
+}
+
+# Constructor arguments esjax always fills in itself.
+_SUPPLIED = ("self", "population_size", "solution", "metrics_fn", "fitness_shaping_fn")
+# A learned algorithm's network: esjax only ever uses the checkpoint shipped inside evosax, never
+# a file a user hands it (loading one unpickles it).
+_NEVER_EXPOSED = ("params", "params_path")
+# evosax names that esjax spelled differently before settings were discovered; kept so that
+# saved runs and existing presets still resolve.
+RENAMED = {"use_antithetic_sampling": "antithetic", "lr_std_init": "lr_std"}
+# Algorithms whose population is ``[+z, -z]`` (member i mirrors i + popsize/2) whatever their
+# settings; otherwise an ``antithetic`` setting says so.
+_ALWAYS_MIRRORED = ("PGPE",)
+
+# What cannot be discovered: an algorithm that needs an input besides the fitness of whole
+# episodes. Keyed by evosax class name.
+REFUSED = {
+    "GuidedES": "it needs a surrogate gradient of the objective every generation, which an "
+    "episode return does not provide",
+    "PersistentES": "it estimates gradients over truncated unrolls of one long episode (K steps "
+    "per generation, state carried over); esjax evaluates whole episodes",
+    "NoiseReuseES": "it estimates gradients over truncated unrolls of one long episode (K steps "
+    "per generation, state carried over); esjax evaluates whole episodes",
+    "SV_CMA_ES": "it runs num_populations Stein-variational searches side by side; an esjax run "
+    "evolves and tests one policy",
+    "SV_Open_ES": "it runs num_populations Stein-variational searches side by side; an esjax run "
+    "evolves and tests one policy",
+}
+
+# Shapes of the probe used to read an algorithm's params and state (small, even popsize).
+_PROBE_POPSIZE = 8
+_PROBE_DIMS = (6, 12)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One tunable: its default, its kind (``number``, ``int``, ``bool`` or a tuple of choices)."""
+
+    default: Any
+    kind: Any
+    help: str = ""
+
+
+@dataclass(frozen=True)
+class AlgorithmInfo:
+    """What esjax knows about one evosax algorithm, read from its constructor and params."""
+
+    name: str  # the key in ``evosax.algorithms.algorithms``
+    cls: type
+    description: str
+    settings: dict[str, Setting]
+    param_settings: dict[str, str]  # setting name -> evosax params field
+    keyword_settings: dict[str, str]  # setting name -> constructor keyword
+    population_based: bool  # initialised from an evaluated population, no distribution mean
+    quadratic: bool  # keeps state that grows with num_dims ** 2 (a covariance or matrix)
+    takes_optimizer: bool
+    takes_std_schedule: bool
+
+
+def canonical_name(name: str) -> str | None:
+    """The registry key ``name`` spells, case-insensitively, or ``None``."""
+    by_lower = {key.lower(): key for key in REGISTRY}
+    return by_lower.get(name.lower())
+
+
+def refusal(name: str) -> str | None:
+    """Why ``name`` cannot run in esjax, or ``None``; decided from the signature alone."""
+    cls = REGISTRY[name]
+    if cls.__name__ in REFUSED:
+        return REFUSED[cls.__name__]
+    for arg in inspect.signature(cls.__init__).parameters.values():
+        if arg.name in _SUPPLIED or arg.kind in (arg.VAR_POSITIONAL, arg.VAR_KEYWORD):
+            continue
+        if arg.default is inspect.Parameter.empty:
+            return f"its constructor needs {arg.name!r}, which has no default esjax could use"
+    return None
+
+
+def check_runnable(name: str) -> None:
+    """Raise a one-line :class:`ConfigError` if ``name`` cannot run in esjax."""
+    reason = refusal(name)
+    if reason:
+        raise ConfigError(f"evosax's {name} cannot run in esjax: {reason}")
+
+
+def description(name: str) -> str:
+    """The first line of the algorithm's module docstring (it carries the citation)."""
+    cls = REGISTRY[name]
+    doc = sys.modules[cls.__module__].__doc__ or cls.__doc__ or ""
+    lines = doc.strip().splitlines()
+    return lines[0] if lines else name
+
+
+def _setting_kind(value: Any) -> str | None:
+    """A scalar's setting kind, or ``None`` for anything that is not a plain scalar."""
+    if isinstance(value, bool) or (hasattr(value, "dtype") and value.dtype == bool):
+        return "bool" if jnp.ndim(value) == 0 else None
+    if isinstance(value, int) or (hasattr(value, "dtype") and jnp.issubdtype(value.dtype, int)):
+        return "int" if jnp.ndim(value) == 0 else None
+    if isinstance(value, float) or (
+        hasattr(value, "dtype") and jnp.issubdtype(value.dtype, jnp.floating)
+    ):
+        return "number" if jnp.ndim(value) == 0 else None
+    return None
+
+
+def _keyword_setting(arg: inspect.Parameter) -> Setting | None:
+    """A constructor keyword as a setting, if it is a plain value a TOML file can hold."""
+    default = arg.default
+    if isinstance(default, enum.Enum):
+        choices = tuple(member.value for member in type(default))
+        return Setting(default.value, choices, f"evosax constructor argument ({arg.name})")
+    if default is None:  # ``int | None = None``: an optional count
+        hints = typing.get_args(arg.annotation) if not isinstance(arg.annotation, str) else ()
+        kind = "int" if int in hints or "int" in str(arg.annotation) else None
+        help_text = "evosax constructor argument; default: evosax's"
+        return Setting(None, kind, help_text) if kind else None
+    kind = _setting_kind(default)
+    if kind is None:
+        return None
+    return Setting(default, kind, "evosax constructor argument")
+
+
+def _probe(cls: type, num_dims: int) -> tuple[Any, Any]:
+    """``(instance, abstract state)`` for a small problem, without compiling anything."""
+    es = cls(population_size=_PROBE_POPSIZE, solution=jnp.zeros((num_dims,), jnp.float32))
+    params = es.default_params
+    key = jax.random.key(0)
+    if isinstance(es, PopulationBasedAlgorithm):
+        population = jnp.zeros((_PROBE_POPSIZE, num_dims), jnp.float32)
+        fitness = jnp.zeros((_PROBE_POPSIZE,), jnp.float32)
+        state = jax.eval_shape(lambda k: es.init(k, population, fitness, params), key)
+    else:
+        state = jax.eval_shape(lambda k: es.init(k, jnp.zeros(num_dims), params), key)
+    return es, state
+
+
+def _grows_quadratically(small: Any, large: Any) -> bool:
+    ratio = _PROBE_DIMS[1] / _PROBE_DIMS[0]
+    sizes = zip(jax.tree.leaves(small), jax.tree.leaves(large), strict=True)
+    return any(b.size > ratio * a.size for a, b in sizes if a.size)
+
+
+@functools.cache
+def info(name: str) -> AlgorithmInfo:
+    """Everything esjax reads from evosax about ``name`` (a registry key); built once."""
+    check_runnable(name)
+    cls = REGISTRY[name]
+    try:
+        es, small = _probe(cls, _PROBE_DIMS[0])
+        _, large = _probe(cls, _PROBE_DIMS[1])
+    except Exception as error:  # e.g. a learned algorithm whose checkpoint is missing
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(f"evosax's {name} cannot be built: {first}") from None
+    signature = inspect.signature(cls.__init__).parameters
+    takes_optimizer = "optimizer" in signature
+    takes_std_schedule = "std_schedule" in signature
+    population_based = isinstance(es, PopulationBasedAlgorithm)
+    quadratic = _grows_quadratically(small, large)
+    shaping_default = default_shaping(name)
+    params = es.default_params
+    fields = {f.name: getattr(params, f.name) for f in dataclasses.fields(params)}
+
+    settings: dict[str, Setting] = {
+        "popsize": Setting(
+            "auto" if quadratic else 256,
+            "popsize",
+            "members per generation; 'auto' = 4 + 3 ln(num_dims)",
+        ),
+        "l2_penalty": Setting(0.0, "number", "L2 penalty on the parameters, in return units"),
+        "noise_prng": Setting("threefry", NOISE_PRNGS, "PRNG implementation for the ask draw"),
+        "mean_init": Setting("policy", MEAN_INITS, "initial mean: the policy's own init or zeros"),
+    }
+    if takes_std_schedule or "std_init" in fields or population_based:
+        settings["std_init"] = Setting(
+            0.1,
+            "number",
+            "initial perturbation std"
+            + ("; also the spread of the initial population" if population_based else ""),
+        )
+    if takes_std_schedule:
+        settings["std_decay"] = Setting(1.0, "number", "std multiplied by this every generation")
+        settings["std_min"] = Setting(0.0, "number", "floor of the decayed std")
+    if takes_optimizer:
+        settings.update(
+            optimizer=Setting("adam", OPTIMIZERS, "optax optimizer on the mean"),
+            learning_rate=Setting(0.05, "number", "optimizer step size"),
+            lr_decay=Setting(1.0, "number", "learning rate multiplied by this every generation"),
+            lr_min=Setting(0.0, "number", "floor of the decayed learning rate"),
+            momentum=Setting(0.9, "number", "sgd / clipup momentum; Adam's b1"),
+            max_velocity=Setting(0.1, "number", "clipup: largest step norm"),
+            weight_decay=Setting(0.0, "number", "decoupled decay of the mean per generation"),
+        )
+    shaping_names = [n for n in SHAPING_FNS if n != "weights" or "weights" in fields]
+    default_name = next((n for n, fn in SHAPING_FNS.items() if fn is shaping_default), "evosax")
+    if default_name == "evosax":
+        shaping_names.insert(0, "evosax")
+    settings["fitness_shaping"] = Setting(
+        default_name, tuple(shaping_names), "raw fitness -> what the update sees"
+    )
+    if default_name == "centered_rank":
+        settings["env_groups"] = Setting(
+            1, "groups", "groups of members sharing episode starts; 'auto' = popsize / 32"
+        )
+
+    keyword_settings = {}
+    for arg in signature.values():
+        if arg.name in _SUPPLIED or arg.name in _NEVER_EXPOSED:
+            continue
+        if arg.name in ("optimizer", "std_schedule"):
+            continue
+        setting = _keyword_setting(arg)
+        if setting is not None:
+            name_here = RENAMED.get(arg.name, arg.name)
+            settings.setdefault(name_here, setting)
+            keyword_settings[name_here] = arg.name
+
+    param_settings = {}
+    for field_name, value in fields.items():
+        kind = _setting_kind(value)
+        if kind is None:  # arrays sized by popsize or num_dims, networks: derived, not tunable
+            continue
+        name_here = RENAMED.get(field_name, field_name)
+        if name_here not in settings:
+            settings[name_here] = Setting(
+                None, kind, "evosax params field; default: evosax's (may depend on popsize, n)"
+            )
+        param_settings[name_here] = field_name
+
+    return AlgorithmInfo(
+        name=name,
+        cls=cls,
+        description=description(name),
+        settings=settings,
+        param_settings=param_settings,
+        keyword_settings=keyword_settings,
+        population_based=population_based,
+        quadratic=quadratic,
+        takes_optimizer=takes_optimizer,
+        takes_std_schedule=takes_std_schedule,
+    )
+
+
+def settings_table(algorithm: str) -> dict[str, Setting]:
+    """The settings ``algorithm`` takes, with defaults; an unknown name is a one-line error."""
+    if algorithm not in REGISTRY:
+        raise ConfigError(
+            f"unknown algorithm {algorithm!r}{suggest(str(algorithm), list(REGISTRY))}; "
+            f"valid algorithms: {', '.join(REGISTRY)}"
+        )
+    return info(algorithm).settings
+
+
+def constructor_kwargs(algorithm: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """The constructor keywords a spec's settings set (``None`` keeps evosax's default)."""
+    signature = inspect.signature(REGISTRY[algorithm].__init__).parameters
+    kwargs = {}
+    for name, evosax_name in info(algorithm).keyword_settings.items():
+        value = settings.get(name)
+        if value is None:
+            continue
+        default = signature[evosax_name].default
+        kwargs[evosax_name] = type(default)(value) if isinstance(default, enum.Enum) else value
+    return kwargs
+
+
+def default_shaping(algorithm: str) -> Any:
+    """The fitness-shaping function evosax's constructor uses when given none."""
+    for klass in REGISTRY[algorithm].__mro__:  # a subclass may pass it on through **kwargs
+        arg = inspect.signature(klass.__init__).parameters.get("fitness_shaping_fn")
+        if arg is not None and arg.default is not inspect.Parameter.empty:
+            return arg.default
+    return shaping.identity_fitness_shaping_fn
+
+
+def is_mirrored(algorithm: str, settings: dict[str, Any]) -> bool:
+    """Whether the population is ``[+z, -z]`` (member i mirrors i + popsize/2)."""
+    return algorithm in _ALWAYS_MIRRORED or bool(settings.get("antithetic", False))
