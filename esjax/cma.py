@@ -59,7 +59,7 @@ def _refresh_batched(axis_size, in_batched, due, C, B, D):
     )
 
     def decompose():
-        fresh = jax.vmap(eigen_decomposition)(C)
+        fresh = jax.lax.map(eigen_decomposition, C)
         return tuple(
             jnp.where(due.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)
             for new, old in zip(fresh, (C, B, D), strict=True)

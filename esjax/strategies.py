@@ -25,6 +25,7 @@ import optax
 from evosax.core import fitness_shaping as shaping
 from evosax.core.optimizer import clipup
 
+from esjax.cma import LazyCMA_ES, resolve_decomposition_every
 from esjax.config import ConfigError, suggest
 from esjax.fitness import grouped_shaping
 
@@ -114,6 +115,9 @@ ALGORITHMS: dict[str, dict[str, Setting]] = {
         "std_init": Setting(0.1, "number", "initial step size"),
         "std_min": Setting(0.0, "number", "smallest step size"),
         "std_max": Setting(1e8, "number", "largest step size"),
+        "decomposition_every": Setting(
+            "auto", "popsize", "generations between eigendecompositions; 'auto' = pycma's rule"
+        ),
     },
 }
 # Classes whose ask draws mirrored pairs and so needs an even population.
@@ -397,7 +401,10 @@ def build_strategy(spec: StrategySpec, num_dims: int, popsize: int | None = None
             params = params.replace(lr_std_init=jnp.asarray(s["lr_std"]))
     else:  # CMA_ES, Sep_CMA_ES
         cls = ea.CMA_ES if algorithm == "CMA_ES" else ea.Sep_CMA_ES
-        es = cls(n, solution, fitness_shaping_fn=_shaping(spec, shaping.weights_fitness_shaping_fn))
+        kwargs = {"decomposition_every": s["decomposition_every"]} if cls is ea.CMA_ES else {}
+        cls = LazyCMA_ES if cls is ea.CMA_ES else cls
+        fitness_shaping_fn = _shaping(spec, shaping.weights_fitness_shaping_fn)
+        es = cls(n, solution, fitness_shaping_fn=fitness_shaping_fn, **kwargs)
         params = es.default_params.replace(
             std_init=jnp.asarray(s["std_init"]), std_min=s["std_min"], std_max=s["std_max"]
         )
@@ -417,12 +424,16 @@ def strategy_cost_hint(
     n, p = float(num_dims), float(popsize)
     rollout = 2.0 * n * p * steps_per_member
     full = spec.algorithm == "CMA_ES"
-    strategy = 4.0 * p * n * n + 10.0 * n**3 if full else 30.0 * p * n
+    if full:  # the O(n^3) decomposition runs once every decomposition_every generations
+        every = resolve_decomposition_every(spec.settings["decomposition_every"], num_dims, popsize)
+        strategy = 4.0 * p * n * n + 10.0 * n**3 / every
+    else:
+        strategy = 30.0 * p * n
     # Below ~1e8 flops (milliseconds) the strategy's cost is not worth a warning.
     if strategy < 0.5 * rollout or strategy < 1e8:
         return None
     advice = (
-        "prefer sep_cma_es, snes or open_es above ~1000 parameters"
+        "raise decomposition_every, or prefer sep_cma_es, snes or open_es above ~1000 parameters"
         if spec.algorithm == "CMA_ES"
         else "longer episodes or more rollouts per member amortise it"
     )
