@@ -59,6 +59,8 @@ def _refresh_batched(axis_size, in_batched, due, C, B, D):
     )
 
     def decompose():
+        # One run after another: a vmapped eigh here, its batch split over the engine's CPU
+        # devices inside the branch, stalled multi-device runs.
         fresh = jax.lax.map(eigen_decomposition, C)
         return tuple(
             jnp.where(due.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)
