@@ -30,9 +30,12 @@ import jax.numpy as jnp
 from evosax.algorithms.population_based.base import PopulationBasedAlgorithm
 from evosax.core import fitness_shaping as shaping
 
+from esjax.cma import LazyCMA_ES
 from esjax.config import ConfigError, suggest
 
-REGISTRY: dict[str, type] = dict(ea.algorithms)
+# evosax's classes by name, except that full CMA-ES is evosax's own subclassed to decompose its
+# covariance lazily (esjax.cma); with decomposition_every = 1 it is evosax's CMA_ES exactly.
+REGISTRY: dict[str, type] = {**ea.algorithms, "CMA_ES": LazyCMA_ES}
 
 OPTIMIZERS = ("sgd", "adam", "clipup")
 NOISE_PRNGS = ("threefry", "rbg", "unsafe_rbg")
@@ -153,6 +156,8 @@ def _setting_kind(value: Any) -> str | None:
 def _keyword_setting(arg: inspect.Parameter) -> Setting | None:
     """A constructor keyword as a setting, if it is a plain value a TOML file can hold."""
     default = arg.default
+    if default == "auto":  # ``int | str = "auto"``: a count with a rule for its default
+        return Setting("auto", "popsize", f"evosax constructor argument ({arg.name}); or 'auto'")
     if isinstance(default, enum.Enum):
         choices = tuple(member.value for member in type(default))
         return Setting(default.value, choices, f"evosax constructor argument ({arg.name})")

@@ -30,6 +30,7 @@ from flax import struct
 
 from esjax import algorithms
 from esjax.algorithms import OPTIMIZERS, SHAPING_FNS, Setting, settings_table
+from esjax.cma import resolve_decomposition_every
 from esjax.config import ConfigError, suggest
 from esjax.fitness import grouped_shaping
 
@@ -434,12 +435,15 @@ def strategy_cost_hint(
     n, p = float(num_dims), float(popsize)
     rollout = 2.0 * n * p * steps_per_member
     full = algorithms.info(spec.algorithm).quadratic
-    strategy = 4.0 * p * n * n + 10.0 * n**3 if full else 30.0 * p * n
+    # A lazily decomposed CMA-ES pays the n^3 decomposition once every k generations.
+    every = spec.settings.get("decomposition_every")
+    every = resolve_decomposition_every(every, num_dims, popsize) if every is not None else 1
+    strategy = 4.0 * p * n * n + 10.0 * n**3 / every if full else 30.0 * p * n
     # Below ~1e8 flops (milliseconds) the strategy's cost is not worth a warning.
     if strategy < 0.5 * rollout or strategy < 1e8:
         return None
     advice = (
-        "prefer sep_cma_es, snes or open_es above ~1000 parameters"
+        "raise decomposition_every, or prefer sep_cma_es, snes or open_es above ~1000 parameters"
         if full
         else "longer episodes or more rollouts per member amortise it"
     )
