@@ -8,8 +8,11 @@ A task's ``generations`` and its strategy's schedule are tuned at one population
   at least ``min_generations``. With the default exponent 0.5, 8x the members buys about 2.8x
   the env steps in 0.35x the generations: each gradient estimate's noise falls as
   ``1 / sqrt(P)``, so fewer, better steps replace many noisy ones (measured on Pendulum-v1:
-  at 2048 members the reference's 150 generations overshoot and the mean drifts away from
-  the -200 region, see benchmarks/README.md).
+  at 2048 members 53 generations end as well as 150, see benchmarks/README.md).
+* **At least ``min_generations``.** An optimizer such as Adam moves the mean by about its
+  learning rate per generation whatever the popsize, so getting from the start to a solution
+  takes a minimum number of generations however good each gradient is (Pendulum: 50; at
+  4096 members the uncapped 38 generations ended near -600).
 * **Decays keep their total over the run.** ``lr_decay`` and ``std_decay`` are per-generation
   factors; a run with fewer generations would otherwise end with a larger step. Each becomes
   ``decay ** (reference_generations / generations)``, so the learning rate (and std) fall by
