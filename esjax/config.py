@@ -304,6 +304,38 @@ class GridAxis:
 
 
 @dataclass(frozen=True)
+class ScalingConfig:
+    """Inputs of the popsize rule (:mod:`esjax.popsize_rule`): how settings follow popsize.
+
+    ``reference_popsize`` is the popsize the task's ``generations`` and schedule were tuned
+    at (default: the task's ``popsize``, else the strategy preset's); the env-step budget
+    grows as ``(popsize / reference_popsize) ** budget_exponent``.
+    """
+
+    reference_popsize: int | None = None
+    budget_exponent: float = 0.5
+    min_generations: int = 10
+
+    def validate(self, where: str) -> None:
+        if self.reference_popsize is not None:
+            _require(
+                self.reference_popsize > 0,
+                _child(where, "reference_popsize"),
+                f"must be positive, got {self.reference_popsize}",
+            )
+        _require(
+            0.0 <= self.budget_exponent <= 1.0,
+            _child(where, "budget_exponent"),
+            f"must be between 0 and 1, got {self.budget_exponent}",
+        )
+        _require(
+            self.min_generations > 0,
+            _child(where, "min_generations"),
+            f"must be positive, got {self.min_generations}",
+        )
+
+
+@dataclass(frozen=True)
 class TaskConfig:
     """One task preset (``tasks/NAME.toml``)."""
 
@@ -323,6 +355,7 @@ class TaskConfig:
     strategy: str = "open_es"
     strategy_settings: dict[str, Any] = field(default_factory=dict)
     evaluation: EvalConfig = field(default_factory=EvalConfig)
+    scaling: ScalingConfig = field(default_factory=ScalingConfig)
     # Test return at which the task counts as solved (reported at the end of a run, drawn in plots).
     solved_return: float | None = None
 

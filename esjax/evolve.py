@@ -93,6 +93,11 @@ def resolve_config(
     if not isinstance(seed, int) or seed < 0:
         raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
     from esjax import __version__
+    from esjax.popsize_rule import apply_popsize_rule
+
+    spec, run_generations, scaling = apply_popsize_rule(
+        task_config, spec, popsize, generations, overrides
+    )
 
     return {
         "esjax_version": __version__,
@@ -101,7 +106,8 @@ def resolve_config(
         "strategy": spec.to_dict(),
         "popsize": popsize or task_config.popsize,  # None: the strategy's own default
         "rollouts": rollouts or task_config.rollouts,
-        "generations": generations or task_config.generations,
+        "generations": run_generations,
+        "scaling": scaling,
         "seed": seed,
         "seeds": seeds,
         "overrides": overrides,
