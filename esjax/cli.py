@@ -663,7 +663,9 @@ def render(
     """Animate one episode of a run's policy as a GIF.
 
     Drawn from the env state and its parameters: a longer or heavier pendulum, a longer pole or
-    acrobot link looks it. Renders Pendulum, CartPole, Acrobot and MountainCar envs.
+    acrobot link looks it. Renders the classic-control envs, MinAtar games (from the state's
+    channels), Catch, DeepSea, FourRooms, MetaMaze, PointRobot, and bandits and bsuite chains
+    as a diagram of the episode so far.
     """
     _run_dir(run)
     from esjax.render import render_run

@@ -208,7 +208,7 @@ def _child(where: str, name: str) -> str:
 
 # ---------------------------------------------------------------------------- task specs
 DISTRIBUTIONS = ("uniform", "log_uniform", "choice", "random_sign")
-POLICY_KINDS = ("mlp", "lstm")
+POLICY_KINDS = ("mlp", "lstm", "cnn")
 
 
 @dataclass(frozen=True)
@@ -247,6 +247,9 @@ class ParamDistribution:
 class PolicyConfig:
     """Network shape and inputs; for ``lstm`` the single entry of ``hidden`` is the cell size.
 
+    ``cnn`` (image observations): ``channels`` conv layers of ``kernel`` x ``kernel`` and
+    ``stride``, then ``hidden`` dense layers; ``lstm`` > 0 adds a recurrent cell of that size.
+
     ``param_inputs`` names env parameters appended to the observation (an oracle baseline);
     ``frame_stack`` feeds the last k observations (a memory without recurrence).
     """
@@ -257,6 +260,10 @@ class PolicyConfig:
     meta_inputs: tuple[str, ...] = ()
     param_inputs: tuple[str, ...] = ()
     frame_stack: int = 1
+    channels: tuple[int, ...] = (16,)
+    kernel: int = 3
+    stride: int = 1
+    lstm: int = 0
 
     def validate(self, where: str) -> None:
         _require(
@@ -271,6 +278,16 @@ class PolicyConfig:
             _require(
                 len(self.hidden) == 1, _child(where, "hidden"), "an lstm takes one size, e.g. [32]"
             )
+        if self.kind == "cnn":
+            _require(
+                all(c > 0 for c in self.channels),
+                _child(where, "channels"),
+                "sizes must be positive",
+            )
+            for name in ("kernel", "stride"):
+                value = getattr(self, name)
+                _require(value > 0, _child(where, name), f"must be positive, got {value}")
+            _require(self.lstm >= 0, _child(where, "lstm"), f"must be >= 0, got {self.lstm}")
         _require(
             self.frame_stack > 0,
             _child(where, "frame_stack"),

@@ -1,7 +1,8 @@
 """Policies: feed-forward and recurrent controllers with an action head fitted to the env.
 
-A policy spec (``MLP`` or ``LSTM``) knows only sizes. ``spec.build(obs_size, action_space)``
-binds it to an environment and returns a :class:`Policy`, a bundle of pure functions:
+A policy spec (``MLP``, ``LSTM`` or the image policy ``CNN``) knows only sizes.
+``spec.build(obs_size, action_space)`` binds it to an environment and returns a :class:`Policy`,
+a bundle of pure functions:
 
 * ``init(key) -> params``
 * ``initial_carry() -> carry`` (an empty tuple for feed-forward policies)
@@ -165,7 +166,9 @@ class MLP:
     activation: str = "tanh"
     meta_inputs: tuple[str, ...] = ()
 
-    def build(self, obs_size: int, action_space: Any, deterministic: bool = True) -> Policy:
+    def build(
+        self, obs_size: int, action_space: Any, deterministic: bool = True, **_: Any
+    ) -> Policy:
         if self.activation not in ACTIVATIONS:
             raise ValueError(
                 f"unknown activation {self.activation!r}: choose from {', '.join(ACTIVATIONS)}"
@@ -197,7 +200,9 @@ class LSTM:
     hidden: int = 32
     meta_inputs: tuple[str, ...] = ()
 
-    def build(self, obs_size: int, action_space: Any, deterministic: bool = True) -> Policy:
+    def build(
+        self, obs_size: int, action_space: Any, deterministic: bool = True, **_: Any
+    ) -> Policy:
         if int(self.hidden) <= 0:
             raise ValueError(f"hidden size must be positive, got {self.hidden}")
         meta = _check_meta_inputs(self.meta_inputs)
@@ -219,7 +224,148 @@ class LSTM:
         return Policy(init, apply, initial_carry, head, input_size, meta, recurrent=True)
 
 
-PolicySpec = MLP | LSTM
+class _ConvTorso(nn.Module):
+    """Image features: the flat input's leading pixels back to ``(H, W, frames * C)``, convs,
+    then the remaining (non-image) inputs joined to the flattened feature map."""
+
+    image_shape: tuple[int, int, int]
+    frames: int
+    channels: Sequence[int]
+    kernel: int
+    stride: int
+    hidden: Sequence[int]
+    activation: str
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        act = ACTIVATIONS[self.activation]
+        height, width, depth = self.image_shape
+        pixels = self.frames * height * width * depth
+        # Stacked frames arrive oldest first; they become extra channels of one image.
+        image = x[:pixels].reshape(self.frames, height, width, depth)
+        image = jnp.moveaxis(image, 0, 2).reshape(height, width, self.frames * depth)
+        for features in self.channels:
+            window, step = (self.kernel, self.kernel), (self.stride, self.stride)
+            image = act(nn.Conv(features, window, step, "VALID")(image))
+        x = jnp.concatenate([image.reshape(-1), x[pixels:]])
+        for width_ in self.hidden:
+            x = act(nn.Dense(width_)(x))
+        return x
+
+
+class _CNNNet(nn.Module):
+    torso: _ConvTorso
+    outputs: int
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return nn.Dense(self.outputs)(self.torso(x))
+
+
+class _CNNLSTMNet(nn.Module):
+    torso: _ConvTorso
+    cell: int
+    outputs: int
+
+    @nn.compact
+    def __call__(self, carry: PyTree, x: jax.Array) -> tuple[PyTree, jax.Array]:
+        carry, h = nn.OptimizedLSTMCell(self.cell)(carry, self.torso(x))
+        return carry, nn.Dense(self.outputs)(h)
+
+
+@dataclass(frozen=True)
+class CNN:
+    """Image policy (MinAtar's ``10 x 10 x C`` grids): ``channels`` conv layers of
+    ``kernel x kernel`` (valid padding, ``stride``), then ``hidden`` dense layers.
+
+    ``lstm > 0`` puts an LSTM cell of that size between the features and the action head, for
+    image tasks that need memory. Stacked frames become extra input channels; inputs beyond
+    the image (meta inputs, env parameters) join the flattened feature map.
+    """
+
+    channels: tuple[int, ...] = (16,)
+    kernel: int = 3
+    stride: int = 1
+    hidden: tuple[int, ...] = (32,)
+    activation: str = "relu"
+    lstm: int = 0
+    meta_inputs: tuple[str, ...] = ()
+
+    def build(
+        self,
+        obs_size: int,
+        action_space: Any,
+        deterministic: bool = True,
+        *,
+        obs_shape: Sequence[int] | None = None,
+        frame_stack: int = 1,
+    ) -> Policy:
+        """``obs_shape`` is one observation's shape (``(H, W)`` or ``(H, W, C)``)."""
+        if obs_shape is None or len(obs_shape) not in (2, 3):
+            raise ValueError(
+                f"a cnn policy needs image observations (H, W) or (H, W, C), got shape "
+                f"{tuple(obs_shape) if obs_shape is not None else 'unknown'}; use an mlp"
+            )
+        image_shape = tuple(int(d) for d in obs_shape) + (1,) * (3 - len(obs_shape))
+        self._check(image_shape)
+        meta = _check_meta_inputs(self.meta_inputs)
+        head = ActionHead.from_space(action_space)
+        input_size = obs_size + _meta_feature_size(meta, head)
+        torso = _ConvTorso(
+            image_shape,
+            int(frame_stack),
+            tuple(int(c) for c in self.channels),
+            int(self.kernel),
+            int(self.stride),
+            tuple(int(w) for w in self.hidden),
+            self.activation,
+        )
+        zeros_x = jnp.zeros((input_size,), jnp.float32)
+        if int(self.lstm) <= 0:
+            net = _CNNNet(torso, head.size)
+
+            def apply(params, x, carry, key):
+                return head(net.apply(params, x), key, deterministic), carry
+
+            return Policy(lambda key: net.init(key, zeros_x), apply, lambda: (), head,
+                          input_size, meta, recurrent=False)  # fmt: skip
+
+        cell = int(self.lstm)
+        recurrent_net = _CNNLSTMNet(torso, cell, head.size)
+
+        def initial_carry() -> PyTree:
+            zeros = jnp.zeros((cell,), jnp.float32)
+            return (zeros, zeros)
+
+        def init(key: jax.Array) -> PyTree:
+            return recurrent_net.init(key, initial_carry(), zeros_x)
+
+        def apply_recurrent(params, x, carry, key):
+            carry, outputs = recurrent_net.apply(params, carry, x)
+            return head(outputs, key, deterministic), carry
+
+        return Policy(init, apply_recurrent, initial_carry, head, input_size, meta, recurrent=True)
+
+    def _check(self, image_shape: tuple[int, int, int]) -> None:
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(
+                f"unknown activation {self.activation!r}: choose from {', '.join(ACTIVATIONS)}"
+            )
+        if any(int(c) <= 0 for c in self.channels) or any(int(w) <= 0 for w in self.hidden):
+            raise ValueError("cnn channels and hidden sizes must be positive")
+        if int(self.kernel) <= 0 or int(self.stride) <= 0:
+            raise ValueError(f"kernel and stride must be positive: {self.kernel}, {self.stride}")
+        side = min(image_shape[:2])
+        for _ in self.channels:
+            side = (side - int(self.kernel)) // int(self.stride) + 1
+        if side <= 0:
+            raise ValueError(
+                f"{len(self.channels)} conv layer(s) of kernel {self.kernel}, stride {self.stride} "
+                f"do not fit a {image_shape[0]} x {image_shape[1]} image"
+            )
+
+
+PolicySpec = MLP | LSTM | CNN
 
 
 def memory_lesion(policy: Policy) -> Policy:

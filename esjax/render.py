@@ -173,12 +173,200 @@ def _mountain_car(ax: Any, params: Any) -> Update:
     return update
 
 
+# ---------------------------------------------------------------------------- grid and image envs
+# One colour per observation channel, so each MinAtar object kind keeps its colour.
+CHANNEL_COLOURS = (
+    "#f1c40f", "#e74c3c", "#3498db", "#2ecc71", "#9b59b6",
+    "#e67e22", "#1abc9c", "#ecf0f1", "#95a5a6", "#d35400",
+)  # fmt: skip
+
+
+def channel_image(obs: Any) -> np.ndarray:
+    """An ``(H, W, 3)`` float RGB picture of an ``(H, W)`` or ``(H, W, C)`` observation: each
+    channel in its own colour on black, later channels drawn over earlier ones."""
+    from matplotlib.colors import to_rgb
+
+    grid = np.asarray(obs, np.float32)
+    if grid.ndim == 2:
+        grid = grid[..., None]
+    image = np.zeros((*grid.shape[:2], 3), np.float32)
+    for c in range(grid.shape[-1]):
+        colour = np.array(to_rgb(CHANNEL_COLOURS[c % len(CHANNEL_COLOURS)]), np.float32)
+        weight = np.clip(grid[..., c], 0.0, 1.0)[..., None]
+        image = image * (1.0 - weight) + colour * weight
+    return image
+
+
+def _observation_image(env_id: str) -> Callable[[Any, Any], Update]:
+    """MinAtar games, Catch and DeepSea: the env's own observation grid, drawn from the state."""
+
+    def build(ax: Any, params: Any) -> Update:
+        import gymnax
+
+        env = gymnax.make(env_id)[0]
+        obs = np.asarray(env.get_obs(env.reset(_key(), params)[1], params))
+        picture = ax.imshow(channel_image(obs), interpolation="nearest")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        caption = ax.text(0.0, -0.06, "", transform=ax.transAxes, fontsize=8, family="monospace")
+        ax.set_title(env_id, fontsize=10)
+
+        def update(state: Any, text: str) -> None:
+            picture.set_data(channel_image(env.get_obs(state, params)))
+            caption.set_text(text)
+
+        return update
+
+    return build
+
+
+def _key() -> Any:
+    import jax
+
+    return jax.random.key(0)
+
+
+def _maze(env_id: str) -> Callable[[Any, Any], Update]:
+    """FourRooms and MetaMaze: walls from the env's map, the goal and the agent on it."""
+
+    def build(ax: Any, params: Any) -> Update:
+        import gymnax
+
+        env = gymnax.make(env_id)[0]
+        walls = 1.0 - np.asarray(env.env_map, np.float32)
+        ax.imshow(walls, cmap="Greys", vmin=0.0, vmax=1.5, interpolation="nearest")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        (goal,) = ax.plot([], [], "*", color="#e67e22", ms=16, zorder=3)
+        (agent,) = ax.plot([], [], "o", color="#2980b9", ms=11, zorder=4)
+        caption = ax.text(0.0, -0.06, "", transform=ax.transAxes, fontsize=8, family="monospace")
+        ax.set_title(f"{env_id}  (agent: dot, goal: star)", fontsize=10)
+
+        def update(state: Any, text: str) -> None:
+            row, col = np.asarray(state.goal)
+            goal.set_data([col], [row])
+            row, col = np.asarray(state.pos)
+            agent.set_data([col], [row])
+            caption.set_text(text)
+
+        return update
+
+    return build
+
+
+def _point_robot(ax: Any, params: Any) -> Update:
+    from matplotlib.patches import Circle
+
+    radius, goal_radius = _f(params.circle_radius), _f(params.goal_radius)
+    reach = 1.3 * radius
+    _frame_axes(ax, (-reach, reach), (-0.4 * radius, reach))
+    angles = np.linspace(0.0, math.pi, 100)
+    ax.plot(radius * np.cos(angles), radius * np.sin(angles), color="0.7", ls=":")
+    goal = ax.add_patch(Circle((0, 0), goal_radius, color="#f5cba7", zorder=1))
+    (path,) = ax.plot([], [], color="#85c1e9", lw=1, zorder=2)
+    (agent,) = ax.plot([], [], "o", color="#2980b9", ms=8, zorder=3)
+    caption = ax.text(0.02, 0.02, "", transform=ax.transAxes, fontsize=8, family="monospace")
+    ax.set_title("PointRobot  (goal hidden on the semicircle)", fontsize=10)
+    trail: list[np.ndarray] = []
+
+    def update(state: Any, text: str) -> None:
+        pos = np.asarray(state.pos, np.float64)
+        if _f(state.time) == 0:
+            trail.clear()
+        trail.append(pos)
+        goal.center = tuple(np.asarray(state.goal, np.float64))
+        path.set_data([p[0] for p in trail], [p[1] for p in trail])
+        agent.set_data([pos[0]], [pos[1]])
+        caption.set_text(f"{text}  goals {int(np.asarray(state.goals_reached))}")
+
+    return update
+
+
+# ---------------------------------------------------------------------------- bandits and chains
+def _bandit(ax: Any, params: Any) -> Update:
+    """The episode so far: each pull a dot on its arm's row, filled by the reward it paid."""
+    ax.set_ylim(-0.6, 1.6)
+    ax.set_yticks([0, 1], ["arm 0", "arm 1"])
+    ax.set_xlabel("step")
+    steps = int(_f(getattr(params, "t_max", params.max_steps_in_episode)))
+    ax.set_xlim(-1, steps)
+    dots = ax.scatter([], [], c=[], cmap="RdYlGn", vmin=-1.0, vmax=1.0, s=18, edgecolors="0.3")
+    caption = ax.text(0.02, 0.93, "", transform=ax.transAxes, fontsize=8, family="monospace")
+    known = {"reward_prob": "p", "mu": "mu"}
+    ax.set_title("Bandit: arm pulled each step, colour = reward", fontsize=10)
+    pulls: list[tuple[float, float, float]] = []
+
+    def update(state: Any, text: str) -> None:
+        t = _f(state.time)
+        if t == 0:
+            pulls.clear()
+        else:
+            pulls.append((t - 1, _f(state.last_action), _f(state.last_reward)))
+        if pulls:
+            data = np.array(pulls)
+            dots.set_offsets(data[:, :2])
+            dots.set_array(np.clip(data[:, 2], -1.0, 1.0))
+        hidden = [f"{short}={_f(np.mean(getattr(state, name))):+.2f}"
+                  for name, short in known.items() if hasattr(state, name)]  # fmt: skip
+        caption.set_text(f"{text}  {' '.join(hidden)}")
+
+    return update
+
+
+CHAIN_FIELDS = ("need_umbrella", "has_umbrella", "context", "query")
+
+
+def _chain(length_of: Callable[[Any], int]) -> Callable[[Any, Any], Update]:
+    """bsuite chains: one node per step of the chain, the steps taken so far filled, and the
+    state's hidden context (umbrella needed and taken, context bit, query) written beneath."""
+
+    def build(ax: Any, params: Any) -> Update:
+        length = max(1, int(length_of(params)))
+        _frame_axes(ax, (-1, length + 1), (-2.0, 2.0))
+        xs = np.arange(length + 1)
+        ax.plot(xs, np.zeros_like(xs), color="0.6", lw=1, zorder=1)
+        nodes = ax.scatter(xs, np.zeros_like(xs), s=60, c=["white"] * len(xs),
+                           edgecolors="0.3", zorder=2)  # fmt: skip
+        caption = ax.text(0.02, 0.1, "", transform=ax.transAxes, fontsize=8, family="monospace")
+        facts = ax.text(0.02, 0.85, "", transform=ax.transAxes, fontsize=9, family="monospace")
+        ax.set_title("Chain: steps taken so far", fontsize=10)
+
+        def update(state: Any, text: str) -> None:
+            t = min(int(_f(state.time)), length)
+            colours = ["#2980b9" if i < t else ("#f1c40f" if i == t else "white") for i in xs]
+            nodes.set_color(colours)
+            nodes.set_edgecolor("0.3")
+            shown = [f"{name}={int(_f(np.ravel(getattr(state, name))[0]))}"
+                     for name in CHAIN_FIELDS if hasattr(state, name)]  # fmt: skip
+            facts.set_text("  ".join(shown))
+            caption.set_text(text)
+
+        return update
+
+    return build
+
+
+# Envs whose observation is itself a picture of the state.
+IMAGE_ENVS = (
+    "Breakout-MinAtar", "Asterix-MinAtar", "Freeway-MinAtar", "SpaceInvaders-MinAtar",
+    "Seaquest-MinAtar", "Catch-bsuite", "DeepSea-bsuite",
+)  # fmt: skip
+
 SCENES: dict[str, Callable[[Any, Any], Update]] = {
     "Pendulum-v1": _pendulum,
     "CartPole-v1": _cartpole,
     "Acrobot-v1": _acrobot,
     "MountainCar-v0": _mountain_car,
     "MountainCarContinuous-v0": _mountain_car,
+    **{env_id: _observation_image(env_id) for env_id in IMAGE_ENVS},
+    "FourRooms-misc": _maze("FourRooms-misc"),
+    "MetaMaze-misc": _maze("MetaMaze-misc"),
+    "PointRobot-misc": _point_robot,
+    "BernoulliBandit-misc": _bandit,
+    "GaussianBandit-misc": _bandit,
+    "UmbrellaChain-bsuite": _chain(lambda params: _f(params.chain_length)),
+    "MemoryChain-bsuite": _chain(lambda params: _f(params.memory_length) + 1),
+    "DiscountingChain-bsuite": _chain(lambda params: 100),
 }
 
 

@@ -26,7 +26,7 @@ from jax.sharding import PartitionSpec as P
 
 from esjax.config import ConfigError, suggest
 from esjax.fitness import member_returns
-from esjax.policies import LSTM, MLP, Policy
+from esjax.policies import CNN, LSTM, MLP, Policy
 
 PyTree = Any
 EnvParamsSampler = Callable[[jax.Array, Any], Any]
@@ -121,7 +121,8 @@ class PopulationRollout:
 
     Args:
         env: a gymnax env id (``"Pendulum-v1"``) or any gymnax-style env object.
-        policy: a policy spec (``esjax.policies.MLP`` / ``LSTM``) or a built :class:`Policy`.
+        policy: a policy spec (``esjax.policies.MLP`` / ``LSTM`` / ``CNN``) or a built
+            :class:`Policy`.
         episode_length: steps per episode (default: the env's ``max_steps_in_episode``).
         env_params: fixed env params (default: the env's defaults).
         env_params_sampler: ``(key, default_params) -> params`` drawn once per rollout; this is
@@ -142,7 +143,7 @@ class PopulationRollout:
     def __init__(
         self,
         env: str | Any,
-        policy: MLP | LSTM | Policy,
+        policy: MLP | LSTM | CNN | Policy,
         episode_length: int | None = None,
         *,
         env_params: Any = None,
@@ -187,7 +188,13 @@ class PopulationRollout:
         if isinstance(policy, Policy):
             self.policy = policy
         else:
-            self.policy = policy.build(features, action_space, deterministic)
+            self.policy = policy.build(
+                features,
+                action_space,
+                deterministic,
+                obs_shape=self.obs_shape,
+                frame_stack=self.frame_stack,
+            )
         self._fast_step = _uses_base_step(self.env)
 
         self._single = jax.jit(self._single_impl, static_argnames=("trajectory",))

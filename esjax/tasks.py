@@ -14,12 +14,22 @@ import jax
 import jax.numpy as jnp
 
 from esjax.config import ConfigError, ParamDistribution, PolicyConfig, TaskConfig, suggest
-from esjax.policies import LSTM, MLP
+from esjax.policies import CNN, LSTM, MLP
 
 EnvParamsSampler = Callable[[jax.Array, Any], Any]
 
 
-def policy_spec(config: PolicyConfig) -> MLP | LSTM:
+def policy_spec(config: PolicyConfig) -> MLP | LSTM | CNN:
+    if config.kind == "cnn":
+        return CNN(
+            channels=config.channels,
+            kernel=config.kernel,
+            stride=config.stride,
+            hidden=config.hidden,
+            activation=config.activation,
+            lstm=config.lstm,
+            meta_inputs=config.meta_inputs,
+        )
     if config.kind == "lstm":
         return LSTM(hidden=config.hidden[0], meta_inputs=config.meta_inputs)
     return MLP(hidden=config.hidden, activation=config.activation, meta_inputs=config.meta_inputs)

@@ -98,3 +98,38 @@ def test_set_overrides_any_field_and_is_validated():
         load("cartpole", ["generation=3"])
     with pytest.raises(ConfigError, match="expected key=value"):
         load("cartpole", ["generations"])
+
+
+# The env suite of benchmarks/suite.py: one preset per env, each named for it.
+SUITE_TASKS = (
+    "pendulum", "cartpole", "acrobot", "mountaincar", "mountaincar-continuous", "catch",
+    "umbrella-chain", "discounting-chain", "memory-chain", "deep-sea", "four-rooms",
+    "bernoulli-bandit", "gaussian-bandit", "point-robot", "metamaze", "breakout-minatar",
+    "asterix-minatar", "freeway-minatar", "space-invaders-minatar", "seaquest-minatar",
+)  # fmt: skip
+
+
+def test_suite_presets_are_shipped():
+    assert set(SUITE_TASKS) <= set(presets.names("task"))
+
+
+# Shrunk so that every shipped preset compiles and runs in seconds: 8 members, 2 rollouts of at
+# most 12 steps, 2 generations, one 2-episode evaluation. Policy, env, sampler and strategy are
+# the preset's own, so a preset whose parts do not fit together fails here.
+TINY = ("episode_length=12", "evaluation.every=2", "evaluation.episodes=2")
+
+
+@pytest.mark.parametrize("name", presets.names("task"))
+def test_every_task_preset_compiles_and_runs_two_generations(name, tmp_path):
+    import numpy as np
+
+    from esjax.evolve import evolve
+    from esjax.runs import load_metrics
+
+    summary = evolve(
+        name, popsize=8, rollouts=2, generations=2, out=tmp_path / name, overrides=TINY
+    )
+    assert summary.generations == 2
+    rows = load_metrics(tmp_path / name)
+    assert [row["generation"] for row in rows if "generation" in row][-1] == 2
+    assert summary.final_eval_return is not None and np.isfinite(summary.final_eval_return)

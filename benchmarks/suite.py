@@ -1,0 +1,206 @@
+"""The gymnax ES suite: every env gymnax-blines trained ES on, esjax's preset against its row.
+
+For each preset, one ``esjax.evolve`` with ``--seeds`` seeds vmapped in one program (the
+preset's own defaults otherwise). The search mean is evaluated on held-out episodes on the
+preset's schedule. Reported per env: the final test return (mean and 95 % t-interval over
+seeds), and the env steps and wall time (since ``evolve`` was called, compile included) at the
+first evaluation where *every* seed's test return has reached the blines final return, beside
+the blines row (final return and the env steps it took). Wall times are on whatever machine
+this runs on; say "shared machine" when quoting them from a loaded host.
+
+    python benchmarks/suite.py                          # every env, 3 seeds
+    python benchmarks/suite.py catch deep-sea --seeds 3 --out /tmp/suite
+    python benchmarks/suite.py --plot-only --out /tmp/suite   # table and figure from saved runs
+
+Blines numbers: gymnax-blines ``agents/<env>/es.pkl`` test returns and env steps, as quoted in
+issue 12 of this project (OpenES, popsize 100 x 20 rollouts, unless noted there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+
+import esjax
+
+esjax.use_cpu_cores()  # before JAX starts: one CPU device per core
+
+from esjax.evolve import clear_engine_cache, evolve  # noqa: E402
+from esjax.runs import load_metrics  # noqa: E402
+
+# preset -> (env id, blines ES final test return, env steps it took, blines failed?)
+BLINES = {
+    "pendulum": ("Pendulum-v1", -130.2, 39.6e6, False),
+    "cartpole": ("CartPole-v1", 500.0, 62.0e6, False),
+    "acrobot": ("Acrobot-v1", -82.0, 22.3e6, False),
+    "mountaincar": ("MountainCar-v0", -134.6, 375e6, False),
+    "mountaincar-continuous": ("MountainCarContinuous-v0", 95.3, 894e6, False),
+    "catch": ("Catch-bsuite", 1.0, 3.2e6, False),
+    "umbrella-chain": ("UmbrellaChain-bsuite", 1.09, 1.8e6, False),
+    "discounting-chain": ("DiscountingChain-bsuite", 1.1, 19.6e6, False),
+    "memory-chain": ("MemoryChain-bsuite", -0.04, 1.0e6, True),
+    "deep-sea": ("DeepSea-bsuite", 0.0, 1.4e6, True),
+    "four-rooms": ("FourRooms-misc", 1.0, 110e6, False),
+    "bernoulli-bandit": ("BernoulliBandit-misc", 89.2, 760e6, False),
+    "gaussian-bandit": ("GaussianBandit-misc", 0.0, 760e6, True),
+    "point-robot": ("PointRobot-misc", 10.4, 1.5e9, False),
+    "metamaze": ("MetaMaze-misc", 32.4, 9.5e9, False),
+    "breakout-minatar": ("Breakout-MinAtar", 6.5, 2.0e9, False),
+    "asterix-minatar": ("Asterix-MinAtar", math.nan, math.nan, False),
+    "freeway-minatar": ("Freeway-MinAtar", math.nan, math.nan, False),
+    "space-invaders-minatar": ("SpaceInvaders-MinAtar", math.nan, math.nan, False),
+    "seaquest-minatar": ("Seaquest-MinAtar", math.nan, math.nan, False),
+}
+# Two-sided 95 % Student-t quantiles by degrees of freedom.
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
+def mean_ci(values: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95 % t-interval (0 for one value)."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, 0.0
+    return mean, T95.get(len(values) - 1, 1.96) * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def eval_curves(run_dir: Path) -> dict[int, list[dict]]:
+    """Per seed, the metrics rows that carry a test return, in generation order."""
+    curves: dict[int, list[dict]] = {}
+    for row in load_metrics(run_dir):
+        if "eval_return" in row:
+            curves.setdefault(int(row.get("seed", 0)), []).append(row)
+    return curves
+
+
+def first_reach(curves: dict[int, list[dict]], target: float) -> tuple[float, float] | None:
+    """Env steps and wall at the first evaluation where every seed has reached ``target``."""
+    if math.isnan(target):
+        return None
+    reached = []
+    for rows in curves.values():
+        hit = next((row for row in rows if row["eval_return"] >= target - 1e-6), None)
+        if hit is None:
+            return None
+        reached.append(hit)
+    return max(r["env_steps"] for r in reached), max(r["wall_s"] for r in reached)
+
+
+def run_preset(name: str, seeds: int, out: Path) -> dict:
+    clear_engine_cache()
+    run_dir = out / name
+    start = time.perf_counter()
+    evolve(name, seeds=seeds, out=run_dir, overwrite=True)
+    wall = time.perf_counter() - start
+    summary = summarize(name, run_dir)
+    summary["total_wall_s"] = wall
+    (run_dir / "suite.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def summarize(name: str, run_dir: Path) -> dict:
+    env_id, target, blines_steps, _ = BLINES[name]
+    curves = eval_curves(run_dir)
+    finals = [rows[-1]["eval_return"] for rows in curves.values()]
+    mean, half = mean_ci(finals)
+    reach = first_reach(curves, target)
+    last = [rows[-1] for rows in curves.values()]
+    return {
+        "preset": name,
+        "env": env_id,
+        "final_mean": mean,
+        "final_ci95": half,
+        "finals": finals,
+        "env_steps": max(r["env_steps"] for r in last),
+        "wall_s": max(r["wall_s"] for r in last),
+        "steps_to_blines": reach[0] if reach else None,
+        "wall_to_blines": reach[1] if reach else None,
+        "blines_return": target,
+        "blines_steps": blines_steps,
+    }
+
+
+def _steps(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value / 1e9:.2f} B" if value >= 1e9 else f"{value / 1e6:.2f} M"
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| env | esjax final (95 % CI) | esjax env steps / wall | steps to blines return "
+        "| wall to it | ≤ ¼ blines steps | blines final | blines steps |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        reach = r["steps_to_blines"]
+        quarter = "–"
+        if reach is not None and not math.isnan(r["blines_steps"]):
+            quarter = "yes" if reach <= r["blines_steps"] / 4 else "no"
+        elif not math.isnan(r["blines_return"]):
+            quarter = "not reached"
+        wall_to = f"{r['wall_to_blines']:.0f} s" if r["wall_to_blines"] is not None else "–"
+        blines = "–" if math.isnan(r["blines_return"]) else f"{r['blines_return']:g}"
+        lines.append(
+            f"| {r['env']} | {r['final_mean']:.2f} ± {r['final_ci95']:.2f} "
+            f"| {_steps(r['env_steps'])} / {r['wall_s']:.0f} s | {_steps(reach)} | {wall_to} "
+            f"| {quarter} | {blines} | {_steps(r['blines_steps'])} |"
+        )
+    return "\n".join(lines)
+
+
+def figure(names: list[str], out: Path, path: Path) -> Path:
+    """One panel per env: each seed's test-return curve against env steps, the blines point."""
+    from matplotlib.figure import Figure
+
+    cols = 4
+    rows = math.ceil(len(names) / cols)
+    fig = Figure(figsize=(4 * cols, 3 * rows), layout="constrained")
+    for i, name in enumerate(names):
+        ax = fig.add_subplot(rows, cols, i + 1)
+        env_id, target, blines_steps, _ = BLINES[name]
+        for seed, curve in sorted(eval_curves(out / name).items()):
+            xs = [row["env_steps"] for row in curve]
+            ax.plot(xs, [row["eval_return"] for row in curve], lw=1, label=f"seed {seed}")
+        if not math.isnan(target):
+            ax.axhline(target, color="0.4", ls=":", lw=1)
+            ax.plot([blines_steps], [target], "*", color="#c0392b", ms=10, label="blines")
+            ax.set_xscale("log")
+        ax.set_title(env_id, fontsize=9)
+        ax.set_xlabel("env steps", fontsize=8)
+        ax.tick_params(labelsize=7)
+        if i == 0:
+            ax.legend(fontsize=7)
+    fig.savefig(path, dpi=90)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("presets", nargs="*", default=list(BLINES))
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path("runs/suite"))
+    parser.add_argument("--plot-only", action="store_true")
+    args = parser.parse_args()
+    unknown = [name for name in args.presets if name not in BLINES]
+    if unknown:
+        parser.error(f"not a suite preset: {', '.join(unknown)}; choose from {', '.join(BLINES)}")
+    rows = []
+    for name in args.presets:
+        if args.plot_only:
+            if not (args.out / name).exists():
+                continue
+            rows.append(summarize(name, args.out / name))
+        else:
+            rows.append(run_preset(name, args.seeds, args.out))
+            print(table(rows[-1:]).splitlines()[-1], flush=True)
+    print(table(rows))
+    done = [r["preset"] for r in rows]
+    print(f"wrote {figure(done, args.out, args.out / 'suite.png')}")
+
+
+if __name__ == "__main__":
+    main()

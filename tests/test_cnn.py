@@ -1,0 +1,152 @@
+"""The CNN policy: its logits equal a plain flax/lax computation on the same params, and a
+population rollout with it equals a plain Python loop over ``env.step``."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from esjax.config import ConfigError, parse_task
+from esjax.policies import CNN
+from esjax.rollout import PopulationRollout
+
+
+def reference_features(params, image, extras, stride=1):
+    """The conv torso written out with ``nn.Conv`` / ``nn.Dense`` called on their own params."""
+    torso = params["params"]["torso"]
+    x = image
+    i = 0
+    while f"Conv_{i}" in torso:
+        kernel = torso[f"Conv_{i}"]["kernel"]
+        conv = nn.Conv(kernel.shape[-1], kernel.shape[:2], (stride, stride), "VALID")
+        x = jax.nn.relu(conv.apply({"params": torso[f"Conv_{i}"]}, x))
+        i += 1
+    x = jnp.concatenate([x.reshape(-1), extras])
+    i = 0
+    while f"Dense_{i}" in torso:
+        kernel = torso[f"Dense_{i}"]["kernel"]
+        x = jax.nn.relu(nn.Dense(kernel.shape[-1]).apply({"params": torso[f"Dense_{i}"]}, x))
+        i += 1
+    return x
+
+
+def reference_logits(params, image, extras=(), stride=1):
+    head = params["params"]["Dense_0"]
+    features = reference_features(params, image, jnp.asarray(extras, jnp.float32), stride)
+    return features @ head["kernel"] + head["bias"]
+
+
+def breakout_policy(spec, deterministic=True, frame_stack=1):
+    """The policy bound as a rollout on Breakout-MinAtar binds it, with a jitted ``apply``."""
+    from gymnax.environments.spaces import Discrete
+
+    size = 10 * 10 * 4 * frame_stack
+    policy = spec.build(
+        size, Discrete(3), deterministic, obs_shape=(10, 10, 4), frame_stack=frame_stack
+    )
+    return policy, dataclasses.replace(policy, apply=jax.jit(policy.apply))
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_cnn_logits_match_a_plain_flax_call(stride):
+    spec = CNN(channels=(8, 4), kernel=3, stride=stride, hidden=(16,), activation="relu")
+    _, policy = breakout_policy(spec, deterministic=False)
+    params = policy.init(jax.random.key(1))
+    image = jax.random.uniform(jax.random.key(2), (10, 10, 4))
+    expected = reference_logits(params, image, stride=stride)
+    for seed in range(5):
+        key = jax.random.key(10 + seed)
+        action, carry = policy.apply(params, image.reshape(-1), (), key)
+        assert carry == ()
+        assert int(action) == int(jax.random.categorical(key, expected))
+    # Deterministic head: the argmax of the same logits.
+    greedy = CNN(channels=(8, 4), kernel=3, stride=stride, hidden=(16,), activation="relu")
+    _, det_policy = breakout_policy(greedy)
+    action, _ = det_policy.apply(params, image.reshape(-1), (), jax.random.key(0))
+    assert int(action) == int(jnp.argmax(expected))
+
+
+def test_stacked_frames_are_channels_oldest_first_and_extras_join_the_features():
+    spec = CNN(channels=(4,), hidden=(8,), meta_inputs=("reward",))
+    _, policy = breakout_policy(spec, frame_stack=2)
+    old, new = jax.random.uniform(jax.random.key(4), (2, 10, 10, 4))
+    x = jnp.concatenate([old.reshape(-1), new.reshape(-1), jnp.array([0.7])])
+    assert x.shape == (policy.input_size,)
+    stacked = jnp.concatenate([old, new], axis=-1)
+    for seed in range(5):
+        params = policy.init(jax.random.key(seed))
+        action, _ = policy.apply(params, x, (), jax.random.key(0))
+        assert int(action) == int(jnp.argmax(reference_logits(params, stacked, [0.7])))
+
+
+def test_cnn_lstm_carries_state_through_an_lstm_cell():
+    spec = CNN(channels=(4,), hidden=(8,), lstm=6)
+    _, policy = breakout_policy(spec)
+    assert policy.recurrent
+    params = policy.init(jax.random.key(5))
+    carry = policy.initial_carry()
+    image = jax.random.uniform(jax.random.key(6), (10, 10, 4))
+    cell = nn.OptimizedLSTMCell(6)
+    expected_carry = carry
+    for _ in range(3):
+        _, carry = policy.apply(params, image.reshape(-1), carry, jax.random.key(0))
+        features = reference_features(params, image, jnp.zeros((0,)))
+        expected_carry, _ = cell.apply(
+            {"params": params["params"]["OptimizedLSTMCell_0"]}, expected_carry, features
+        )
+    np.testing.assert_allclose(carry[0], expected_carry[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(carry[1], expected_carry[1], rtol=1e-5, atol=1e-6)
+
+
+def test_population_rollout_with_cnn_equals_a_python_loop():
+    import gymnax
+
+    steps = 60
+    spec = CNN(channels=(4,), hidden=(8,))
+    rollout = PopulationRollout("Breakout-MinAtar", spec, steps)
+    keys = jax.random.split(jax.random.key(7), 3)
+    pop = jax.vmap(rollout.init_params)(keys)
+    key = jax.random.key(8)
+    result = rollout.population(key, pop, num_rollouts=2)
+
+    env, env_params = gymnax.make("Breakout-MinAtar")
+    step = jax.jit(env.step)
+    logits_of = jax.jit(reference_logits)
+    for member in range(3):
+        params = jax.tree.map(lambda a, m=member: a[m], pop)
+        for r, rollout_key in enumerate(rollout.rollout_keys(key, 3, 2)):
+            _, k_reset, k_episode = jax.random.split(rollout_key, 3)
+            obs, state = env.reset(k_reset, env_params)
+            total = 0.0
+            for step_key in jax.random.split(k_episode, steps):
+                _, k_env = jax.random.split(step_key)
+                logits = logits_of(params, jnp.asarray(obs, jnp.float32))
+                obs, state, reward, term, trunc, _ = step(
+                    k_env, state, jnp.argmax(logits), env_params
+                )
+                total += float(reward)
+                if bool(term | trunc):
+                    break
+            assert float(result.returns[member, r]) == pytest.approx(total)
+
+
+def test_cnn_rejects_flat_observations_in_one_line():
+    with pytest.raises(ValueError, match="needs image observations") as info:
+        PopulationRollout("CartPole-v1", CNN(), 8)
+    assert "\n" not in str(info.value)
+    with pytest.raises(ValueError, match="do not fit"):
+        PopulationRollout("Breakout-MinAtar", CNN(channels=(4, 4, 4, 4, 4), kernel=3), 8)
+
+
+def test_cnn_preset_fields_parse_and_are_checked():
+    task = parse_task(
+        {"env": "Breakout-MinAtar", "policy": {"kind": "cnn", "channels": [8], "lstm": 4}}, "t"
+    )
+    assert task.policy.channels == (8,) and task.policy.lstm == 4
+    with pytest.raises(ConfigError, match=r"policy\.kernel"):
+        parse_task({"env": "Breakout-MinAtar", "policy": {"kind": "cnn", "kernel": 0}}, "t")
