@@ -437,11 +437,17 @@ def _test_saved_policies(run_dir: Path, seeds: int) -> dict[str, float]:
     return tested
 
 
+class Baseline(StrEnum):
+    analytic = "analytic"
+    zero = "zero"
+
+
 @app.command(
     name="eval",
     epilog=_example(
         "esjax eval runs/pendulum",
         "esjax eval runs/pendulum --episodes 512 --json",
+        "esjax eval runs/meta-sign --split extrapolate --baseline analytic",
         "esjax eval runs/meta-pendulum --split test --which best",
         "esjax eval runs/meta-pendulum --grid",
         "esjax eval runs/meta-pendulum --grid-axis m=0.25:4:9 --grid-axis l=0.5,1,2 --out ml.json",
@@ -494,13 +500,29 @@ def eval_(
     overwrite: Annotated[
         bool, typer.Option(help="--grid: replace an existing JSON and heatmap.")
     ] = False,
+    baseline: Annotated[
+        Baseline | None,
+        typer.Option(
+            help="Also test a reference on the same episodes: analytic (a controller told the "
+            "true env parameters; pendulum tasks) or zero (zero action); prints the policy's "
+            "score 0 = zero action, 1 = analytic.",
+        ),
+    ] = None,
 ) -> None:
     """Test return of a run's saved policy: mean, std, min and max over fresh episodes.
 
     With `--grid`, the same test episodes on every cell of a grid of fixed env parameters
     (e.g. mass x length), compiled once for the whole grid; the training range is outlined.
+    With `--baseline`, a reference controller on the same episodes, and the normalised score.
     """
     _run_dir(run)
+    if baseline is not None and (grid or grid_axis):
+        raise ConfigError("--baseline and --grid exclude each other")
+    if baseline is not None:
+        if out_file is not None or overwrite:
+            raise ConfigError("--out and --overwrite go with --grid")
+        _eval_baseline(run, episodes, split, which, seed, as_json, baseline)
+        return
     if grid or grid_axis:
         _eval_grid(run, episodes, split, which, seed, as_json, grid_axis or (), out_file, overwrite)
         return
@@ -526,6 +548,67 @@ def eval_(
         *(_number(record[k], 2) for k in ("mean", "std", "min", "max")),
     )
     console.print(table)
+
+
+def _eval_baseline(
+    run: Path,
+    episodes: int,
+    split: str | None,
+    which: Which,
+    seed: int,
+    as_json: bool,
+    baseline: Baseline,
+) -> None:
+    """``eval --baseline``: the policy, the zero action and the reference on the same episodes."""
+    import numpy as np
+
+    from esjax.baselines import baseline_returns
+    from esjax.evolve import evaluate_run, make_test_rollout
+
+    config, rollout = make_test_rollout(run, split)
+    if baseline is Baseline.analytic:
+        from esjax.baselines import baseline_rollout
+
+        baseline_rollout(rollout, baseline.value)  # no controller for this env: fail first
+    policy = evaluate_run(run, episodes, split, seed, which.value, built=(config, rollout))
+    rows = {f"policy ({which.value})": policy["returns"]}
+    for name in dict.fromkeys(("zero", baseline.value)):
+        returns = baseline_returns(run, episodes, split, seed, name, built=(config, rollout))
+        rows["zero action" if name == "zero" else name] = [float(r) for r in returns]
+    summary = {
+        name: {
+            "mean": float(np.mean(r)),
+            "std": float(np.std(r)),
+            "min": float(np.min(r)),
+            "max": float(np.max(r)),
+        }
+        for name, r in rows.items()
+    }
+    record = {
+        "run": str(run),
+        "which": which.value,
+        "split": split or "train",
+        "seed": seed,
+        "episodes": episodes,
+        "returns": summary,
+    }
+    if baseline is Baseline.analytic:
+        zero, top = summary["zero action"]["mean"], summary["analytic"]["mean"]
+        record["score_vs_analytic"] = (policy["mean"] - zero) / (top - zero)
+    if as_json:
+        sys.stdout.write(json.dumps(record) + "\n")
+        return
+    title = f"test return on {run}'s test episodes ({record['split']}, seed {seed})"
+    table = Table(title=title, title_justify="left")
+    for name in ("policy", "episodes", "mean", "std", "min", "max"):
+        table.add_column(name, justify="left" if name == "policy" else "right")
+    for name, stats in summary.items():
+        table.add_row(name, str(episodes), *(_number(stats[k], 2) for k in stats))
+    console.print(table)
+    if "score_vs_analytic" in record:
+        console.print(
+            f"normalised score (0 = zero action, 1 = analytic): {record['score_vs_analytic']:.3f}"
+        )
 
 
 def _eval_grid(

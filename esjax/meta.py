@@ -1,9 +1,11 @@
 """Meta-evolution evaluation: baselines, memory lesion, normalised scores and intervals.
 
-A normalised score puts a policy's mean test return on the scale
-``0 = zero torque (all-zero action), 1 = the oracle`` (an MLP evolved with the true env
-parameters as input): ``(R - R_zero) / (R_oracle - R_zero)``, per split, with the means taken
-over the same held-out test episodes (the ``test`` key root of :func:`esjax.evolve.evaluate_run`).
+A normalised score puts a policy's mean test return on the scale ``0 = zero action,
+1 = a reference``: ``(R - R_zero) / (R_ref - R_zero)``, per split, with the means taken over
+the same held-out test episodes (the ``test`` key root of :func:`esjax.evolve.evaluate_run`).
+Two references: the *analytic* controller of :mod:`esjax.baselines` (derived from the physics,
+told the true env parameters; the headline where one exists) and the *oracle*, an MLP evolved
+with the true env parameters as input, which is only as good as its training and extrapolation.
 """
 
 from __future__ import annotations
@@ -84,9 +86,21 @@ def seed_means(
     lesion: bool = False,
     zero: bool = False,
     which: str = "final",
+    baseline: str | None = None,
 ) -> list[float]:
-    """Mean test return of every seed of a run (one compiled rollout for all seeds)."""
+    """Mean test return of every seed of a run (one compiled rollout for all seeds).
+
+    ``baseline`` (``"analytic"`` or ``"zero"``, :mod:`esjax.baselines`) replaces the run's
+    policy by that baseline on the same episodes of every seed.
+    """
     built = _test_rollout(run_dir, split, lesion)
+    if baseline is not None:
+        from esjax.baselines import baseline_returns
+
+        return [
+            float(baseline_returns(run_dir, episodes, split, s, baseline, built=built).mean())
+            for s in range(run_seeds(run_dir))
+        ]
     return [
         float(
             evaluate_policy(

@@ -6,11 +6,15 @@
     PYTHONPATH=. python examples/meta_pendulum.py --tiny           # seconds: a smoke test for CI
 
 Every policy is evolved with the same strategy and budget (3 seeds vmapped in one program),
-then tested on each split over the same held-out episodes. Scores are normalised per split:
-0 = zero torque, 1 = the oracle MLP (given the true env parameters). The LSTM is also tested
+then tested on each split over the same held-out episodes, as is the analytic controller of
+``esjax.baselines`` (told the true env parameters). Scores are normalised per split two ways:
+0 = zero torque, 1 = the analytic controller (paired by seed: the same episodes), and
+1 = the oracle MLP (given the true env parameters, as trained here). The LSTM is also tested
 with its state reset every step (memory lesion). Writes ``results.json``, ``table.md`` and
 ``scores.png`` into ``--out``; ``--eval-only`` re-tests existing runs there. More seeds later:
 ``--first-seed 3 --seeds 2 --out OTHER``, then ``--eval-only --merge OTHER`` joins them.
+``--from-results FILE`` rebuilds the tables from stored per-seed results (docs/meta-results),
+adding the analytic controller's returns on the same test episodes if the file lacks them.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import json
 import time
 from pathlib import Path
 
+from esjax.baselines import reference_returns
 from esjax.evolve import evolve
 from esjax.meta import mean_ci, normalised, seed_means
 
@@ -33,6 +38,14 @@ TASKS = {
 
 
 GENERATIONS = {"sign": 500, "meta": 400, "cadm": 150}  # the budgets in docs/meta.md
+ANALYTIC = "analytic"  # the reference record: not trained, the same episodes as every seed
+LABELS = {
+    ANALYTIC: "analytic controller (knows the params)",
+    "mlp_oracle": "oracle MLP (knows the params)",
+    "lstm": "LSTM",
+    "mlp_blind": "blind MLP",
+    "mlp_stack4": "frame-stacked MLP (4 frames)",
+}
 
 
 def variants(params: str) -> dict[str, list[str]]:
@@ -63,9 +76,18 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=None, help="a subset of the variants")
     parser.add_argument("--eval-only", action="store_true", help="re-test runs in --out")
     parser.add_argument("--tiny", action="store_true", help="popsize 16, 3 generations")
+    parser.add_argument(
+        "--from-results",
+        type=Path,
+        default=None,
+        help="print the tables of a stored results JSON (adds the analytic reference)",
+    )
     args = parser.parse_args()
 
     preset, splits, params = TASKS[args.task]
+    if args.from_results is not None:
+        tables_from_results(args.from_results, preset, args.episodes)
+        return
     if args.generations is None:
         args.generations = GENERATIONS[args.task]
     out = args.out or REPO / "runs" / f"meta-{args.task}"
@@ -111,6 +133,15 @@ def main() -> None:
             if name == "mlp_oracle":
                 record[f"{split}_zero"] = seed_means(run_dir, args.episodes, split, zero=True)
         print(name, {k: v for k, v in record.items()}, flush=True)
+    if chosen:  # the analytic controller on the test episodes of every seed of these runs
+        run_dir = out / next(iter(chosen))
+        trained = results["runs"][next(iter(chosen))]
+        reference = results["runs"].setdefault(ANALYTIC, {})
+        reference.update(budget=ANALYTIC, seeds=_seed_ids(trained), episodes=args.episodes)
+        for split in splits:
+            reference[split] = seed_means(run_dir, args.episodes, split, baseline="analytic")
+            reference[f"{split}_zero"] = seed_means(run_dir, args.episodes, split, baseline="zero")
+        print(ANALYTIC, reference, flush=True)
 
     out.mkdir(parents=True, exist_ok=True)
     previous.write_text(json.dumps(results, indent=1))
@@ -123,10 +154,46 @@ def main() -> None:
             parser.error(f"--merge {other}: {err}")
     if args.merge:
         (out / "merged.json").write_text(json.dumps(results, indent=1))
-    table = score_table(results)
+    table = score_table(results) + "\n" + paired_table(results)
     (out / "table.md").write_text(table)
     print(table)
     plot_scores(results, out / "scores.png")
+
+
+def tables_from_results(path: Path, preset: str, episodes: int) -> None:
+    """The tables of a stored results file; the analytic reference is added if missing.
+
+    A run made by this script with seed ``s`` is tested on the episodes of
+    ``seed_keys(s)["test"]``, so the controller is run on exactly those, from the preset.
+    """
+    results = json.loads(path.read_text())
+    if results.get("task") != preset:
+        raise SystemExit(f"{path}: results of {results.get('task')!r}, not {preset!r}")
+    if ANALYTIC not in results["runs"]:
+        results["runs"][ANALYTIC] = analytic_record(results, preset, episodes)
+        path.write_text(json.dumps(results, indent=1) + "\n")
+    print(score_table(results) + "\n" + paired_table(results))
+
+
+def analytic_record(results: dict, preset: str, episodes: int) -> dict:
+    """Per seed: the analytic controller's and the zero action's mean test return per split."""
+    from esjax import presets
+    from esjax.config import parse_task
+    from esjax.engine import seed_keys
+    from esjax.tasks import make_rollout
+
+    _, raw, source = presets.locate("task", preset.removesuffix(".toml"))
+    task = parse_task(raw, source)
+    seeds = _seed_ids(next(iter(results["runs"].values())))
+    record: dict = {"budget": ANALYTIC, "seeds": seeds, "episodes": episodes}
+    for split in results["splits"]:
+        rollout = make_rollout(task, split=split, deterministic=True)
+        for name, suffix in ((ANALYTIC, ""), ("zero", "_zero")):
+            record[split + suffix] = [
+                float(reference_returns(rollout, seed_keys(s)["test"], episodes, name).mean())
+                for s in seeds
+            ]
+    return record
 
 
 def merge_seeds(results: dict, other: dict) -> dict:
@@ -159,31 +226,93 @@ def _seed_ids(record: dict) -> list[int]:
 
 
 def score_table(results: dict) -> str:
-    """Markdown: mean test return and normalised score (mean ± 95% CI over seeds) per split."""
+    """Markdown: mean test return and both normalised scores (mean ± 95% CI over seeds).
+
+    ``vs analytic``: per seed, against the analytic controller and the zero action on that
+    seed's episodes. ``vs oracle``: against the seed means of the oracle MLP and of the zero
+    action, as trained here (so an oracle that extrapolates badly inflates it).
+    """
     runs, splits = results["runs"], results["splits"]
-    if "mlp_oracle" not in runs or not all(s in runs["mlp_oracle"] for s in splits):
-        return "(no oracle run: cannot normalise)\n"
-    oracle = runs["mlp_oracle"]
-    header = "| policy | " + " | ".join(f"{s} return | {s} score" for s in splits) + " | wall |"
-    lines = [header, "|" + "---|" * (2 * len(splits) + 2)]
-    rows = [(n, n, "") for n in runs]
+    reference, oracle = runs.get(ANALYTIC), runs.get("mlp_oracle")
+    if reference is None and oracle is None:
+        return "(no analytic or oracle results: cannot normalise)\n"
+    cells_per_split = ("return", "score vs analytic", "score vs oracle")
+    header = " | ".join(f"{s} {c}" for s in splits for c in cells_per_split)
+    lines = [f"| policy | {header} | wall |", "|" + "---|" * (3 * len(splits) + 2)]
+    rows = [(LABELS.get(n, n), n, "") for n in runs if n != ANALYTIC]
+    if reference is not None:
+        rows.insert(0, (LABELS[ANALYTIC], ANALYTIC, ""))
     if "lstm" in runs:
-        rows.insert(list(runs).index("lstm") + 1, ("lstm, memory lesion", "lstm", "_lesion"))
-    rows.append(("zero torque", "mlp_oracle", "_zero"))
+        at = [name for _, name, _ in rows].index("lstm") + 1
+        rows.insert(at, ("LSTM, memory lesion", "lstm", "_lesion"))
+    floor = ANALYTIC if reference is not None else "mlp_oracle"
+    rows.append(("zero torque", floor, "_zero"))
     for label, name, suffix in rows:
         cells = []
         for split in splits:
             values = runs[name].get(split + suffix)
             if values is None:
-                cells += ["", ""]
+                cells += ["", "", ""]
                 continue
-            zero, top = mean_ci(oracle[split + "_zero"])[0], mean_ci(oracle[split])[0]
             r, r_ci = mean_ci(values)
-            s, s_ci = mean_ci([normalised(v, zero, top) for v in values])
-            cells += [f"{r:.0f} ± {r_ci:.0f}", f"{s:.2f} ± {s_ci:.2f}"]
-        wall = runs[name].get("wall_s") if not suffix else None
+            cells.append(f"{r:.0f} ± {r_ci:.0f}")
+            cells.append(_score(vs_analytic(values, results, split)))
+            cells.append(_score(vs_oracle(values, results, split)))
+        wall = runs[name].get("wall_s") if not suffix and name != ANALYTIC else None
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {_wall(wall)} |")
     return "\n".join(lines) + "\n"
+
+
+def vs_analytic(values: list[float], results: dict, split: str) -> list[float] | None:
+    """Per-seed scores 0 = zero torque, 1 = the analytic controller on the same episodes."""
+    reference = results["runs"].get(ANALYTIC)
+    if reference is None or split not in reference or len(reference[split]) != len(values):
+        return None
+    pairs = zip(values, reference[split + "_zero"], reference[split], strict=True)
+    return [normalised(v, zero, top) for v, zero, top in pairs]
+
+
+def vs_oracle(values: list[float], results: dict, split: str) -> list[float] | None:
+    """Per-seed scores 0 = zero torque, 1 = the trained oracle MLP (both seed means)."""
+    oracle = results["runs"].get("mlp_oracle")
+    if oracle is None or split not in oracle:
+        return None
+    zero, top = mean_ci(oracle[split + "_zero"])[0], mean_ci(oracle[split])[0]
+    return [normalised(v, zero, top) for v in values]
+
+
+def _score(scores: list[float] | None) -> str:
+    if scores is None:
+        return ""
+    m, ci = mean_ci(scores)
+    return f"{m:.2f} ± {ci:.2f}"
+
+
+def paired_table(results: dict) -> str:
+    """Markdown: per-seed paired differences in return (same seed index, same episodes)."""
+    runs, splits = results["runs"], results["splits"]
+    pairs = [
+        (ANALYTIC, "mlp_blind", "analytic − blind MLP"),
+        ("mlp_oracle", "mlp_blind", "oracle − blind MLP (the information gap)"),
+        ("lstm", "mlp_blind", "LSTM − blind MLP (what the LSTM closes)"),
+        ("mlp_oracle", "lstm", "oracle − LSTM (what it leaves)"),
+        (ANALYTIC, "lstm", "analytic − LSTM"),
+        ("mlp_stack4", "mlp_blind", "frame-stacked − blind MLP"),
+    ]
+    lines = ["| paired difference | " + " | ".join(splits) + " |", "|" + "---|" * (len(splits) + 1)]
+    for first, second, label in pairs:
+        if first not in runs or second not in runs:
+            continue
+        cells = []
+        for split in splits:
+            a, b = runs[first].get(split), runs[second].get(split)
+            if a is None or b is None or len(a) != len(b):
+                cells.append("")
+                continue
+            m, ci = mean_ci([x - y for x, y in zip(a, b, strict=True)])
+            cells.append(f"{m:+.0f} ± {ci:.0f}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n" if len(lines) > 2 else ""
 
 
 def _wall(seconds: float | None) -> str:
@@ -191,35 +320,38 @@ def _wall(seconds: float | None) -> str:
 
 
 def plot_scores(results: dict, path: Path) -> None:
+    """Bars of the headline score (vs the analytic controller; vs the oracle without one)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     runs, splits = results["runs"], results["splits"]
-    if "mlp_oracle" not in runs:
+    headline = vs_analytic if ANALYTIC in runs else vs_oracle
+    if ANALYTIC not in runs and "mlp_oracle" not in runs:
         return
-    oracle = runs["mlp_oracle"]
-    bars = [(n, n, "") for n in runs]
+    bars = [(LABELS.get(n, n), n, "") for n in runs if n != ANALYTIC]
     if "lstm" in runs:
-        bars.append(("lstm lesion", "lstm", "_lesion"))
+        bars.append(("LSTM, memory lesion", "lstm", "_lesion"))
     fig, ax = plt.subplots(figsize=(7, 3.5))
     width = 0.8 / len(bars)
     for i, (label, name, suffix) in enumerate(bars):
         xs, ys, errs = [], [], []
         for j, split in enumerate(splits):
             values = runs[name].get(split + suffix)
-            if values is None:
+            scores = None if values is None else headline(values, results, split)
+            if scores is None:
                 continue
-            zero, top = mean_ci(oracle[split + "_zero"])[0], mean_ci(oracle[split])[0]
-            m, ci = mean_ci([normalised(v, zero, top) for v in values])
+            m, ci = mean_ci(scores)
             xs.append(j + i * width)
             ys.append(m)
             errs.append(ci)
         ax.bar(xs, ys, width, yerr=errs, label=label, capsize=2)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(splits))], splits)
-    ax.set_ylabel("normalised score (0 zero torque, 1 oracle)")
+    top = "analytic controller" if headline is vs_analytic else "oracle MLP"
+    ax.set_ylabel(f"score (0 zero torque, 1 {top})", fontsize=8)
     ax.axhline(0.0, color="k", lw=0.5)
+    ax.axhline(1.0, color="k", lw=0.5, ls=":")
     ax.set_title(results["task"].removesuffix(".toml") + ": mean ± 95% CI over seeds")
     ax.legend(fontsize=7)
     fig.tight_layout()

@@ -39,18 +39,18 @@ def test_example_tiny(tmp_path: Path, script: str, extra: tuple[str, ...], split
     for split in splits:
         assert len(lstm[split]) == 2  # one value per seed
         assert len(lstm[f"{split}_lesion"]) == 2
-    assert (tmp_path / "table.md").read_text().startswith("|")
+    table = (tmp_path / "table.md").read_text()
+    assert table.startswith("|")
+    if script == "meta_pendulum.py":  # the analytic controller on every seed's episodes
+        analytic = results["runs"]["analytic"]
+        for split in splits:
+            assert len(analytic[split]) == len(analytic[f"{split}_zero"]) == 2
+        assert "analytic controller" in table and "score vs analytic" in table
 
 
 def test_merge_seeds_joins_runs_of_the_same_budget():
     """More seeds trained later join per-seed lists; a run of another budget is left out."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "meta_pendulum", REPO / "examples/meta_pendulum.py"
-    )
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = load_example()
     budget = "popsize 256, 500 generations"
     first = {
         "task": "t",
@@ -95,3 +95,40 @@ def test_merge_seeds_joins_runs_of_the_same_budget():
         example.merge_seeds(first, later)
     with pytest.raises(ValueError, match="task"):
         example.merge_seeds(first, {**later, "task": "other"})
+
+
+def load_example():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "meta_pendulum", REPO / "examples/meta_pendulum.py"
+    )
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    return example
+
+
+def test_score_table_normalises_per_seed_against_analytic_and_by_means_against_oracle():
+    """Worked by hand: seed 0 scores (-500 + 1000) / (-200 + 1000) = 0.625, seed 1
+    (-300 + 1200) / (-300 + 1200) = 1; against the oracle's means (-400, zero -1100):
+    (-500 + 1100) / 700 and (-300 + 1100) / 700."""
+    example = load_example()
+    results = {
+        "task": "t",
+        "splits": ["train"],
+        "runs": {
+            "analytic": {"train": [-200.0, -300.0], "train_zero": [-1000.0, -1200.0]},
+            "mlp_oracle": {"train": [-350.0, -450.0], "train_zero": [-1000.0, -1200.0]},
+            "lstm": {"train": [-500.0, -300.0]},
+        },
+    }
+    assert example.vs_analytic([-500.0, -300.0], results, "train") == pytest.approx([0.625, 1.0])
+    assert example.vs_oracle([-500.0, -300.0], results, "train") == pytest.approx(
+        [600 / 700, 800 / 700]
+    )
+    table = example.score_table(results)
+    lstm = next(line for line in table.splitlines() if line.startswith("| LSTM |"))
+    assert "0.81 ± " in lstm and "1.00 ± " in lstm  # mean of 0.625 and 1; of 6/7 and 8/7
+    assert table.splitlines()[2].startswith("| analytic controller")
+    paired = example.paired_table(results)
+    assert "| analytic − LSTM | +150 ± " in paired
