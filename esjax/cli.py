@@ -212,6 +212,28 @@ class ProgressReport:
             self.console.print(f"gen {done}  {stats}  ETA {_duration(eta)}", soft_wrap=True)
 
 
+# ---------------------------------------------------------------------------- global options
+@app.callback()
+def _global_options(
+    no_cache: Annotated[
+        bool,
+        typer.Option(
+            "--no-cache",
+            envvar="ESJAX_NO_CACHE",
+            help="Compile afresh: do not read or write the per-user compilation cache "
+            "(~/.cache/esjax/xla; ESJAX_CACHE_DIR moves it, ESJAX_CACHE_MAX_MB caps it).",
+        ),
+    ] = False,
+) -> None:
+    """Runs before every command, before anything compiles."""
+    from esjax import cache
+
+    if no_cache or cache.disabled_by_env():
+        cache.disable_compilation_cache()
+    else:
+        cache.enable_compilation_cache()
+
+
 # ---------------------------------------------------------------------------- commands
 @app.command(
     epilog=_example(
