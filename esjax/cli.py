@@ -6,6 +6,7 @@ line on stderr and exit code 2 (no traceback), Ctrl-C is exit code 130 after a c
 JAX-heavy modules are imported inside the commands so that ``--help`` and ``list`` are quick.
 """
 
+import contextlib
 import functools
 import json
 import math
@@ -234,6 +235,29 @@ def _global_options(
         cache.enable_compilation_cache()
 
 
+# ---------------------------------------------------------------------------- trackers
+LOG_OPTION = typer.Option(
+    "--log",
+    metavar="BACKEND",
+    help="Also log the metrics and the config to tensorboard, wandb or mlflow (each an extra: "
+    'pip install "esjax[tensorboard]"); repeatable.',
+)
+
+
+@contextlib.contextmanager
+def _tracking(backends: list[str] | None, report: Any, resumed: Path | None):
+    """The ``on_progress`` callback: ``report``, after copying new metrics to the trackers."""
+    if not backends:
+        yield report
+        return
+    from esjax.runs import load_metrics
+    from esjax.trackers import RunLogger
+
+    done = max((int(r["generation"]) for r in load_metrics(resumed)), default=0) if resumed else 0
+    with RunLogger(backends, skip_through=done, then=report) as logger:
+        yield logger
+
+
 # ---------------------------------------------------------------------------- commands
 @app.command(
     epilog=_example(
@@ -306,6 +330,7 @@ def evolve(
         int | None,
         typer.Option(envvar="ESJAX_PROCESS_ID", min=0, help="Multi-process run: this one's index."),
     ] = None,
+    log: Annotated[list[str] | None, LOG_OPTION] = None,
 ) -> None:
     """Evolve a policy for TASK and write a run directory (metrics, checkpoints, fitness.png).
 
@@ -339,7 +364,7 @@ def evolve(
         shown_seeds = int(read_run_config(out_dir).get("seeds", seeds))
     report = ProgressReport(console, f"evolve {label}", seeds=shown_seeds)
     try:
-        with report:
+        with report, _tracking(log, report, out_dir if resume else None) as on_progress:
             summary = run_evolution(
                 task,
                 strategy=strategy,
@@ -352,7 +377,7 @@ def evolve(
                 resume=resume,
                 overwrite=overwrite,
                 overrides=overrides,
-                on_progress=report,
+                on_progress=on_progress,
             )
     except Interrupted as stop:
         err.print(Text(str(stop), style="yellow"), soft_wrap=True)
@@ -684,6 +709,44 @@ def render(
         fps=fps,
     )
     console.print(f"wrote {path} (episode return {total:.1f})", soft_wrap=True)
+
+
+@app.command(
+    epilog=_example(
+        "esjax export runs/pendulum --csv",
+        "esjax export runs/pendulum --csv --out - | head",
+    )
+)
+@handles_errors
+def export(
+    run: Annotated[
+        Path, typer.Argument(metavar="RUN", help="A run directory written by esjax evolve.")
+    ],
+    csv: Annotated[
+        bool, typer.Option("--csv", help="metrics.jsonl as CSV, one row per generation and seed.")
+    ] = False,
+    out_file: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="File to write (`-`: stdout); default: RUN/metrics.csv."),
+    ] = None,
+) -> None:
+    """Write a run's metrics in another format for spreadsheets and notebooks."""
+    _run_dir(run)
+    if not csv:
+        raise ConfigError("choose a format: --csv")
+    from esjax.runs import atomic_write
+    from esjax.trackers import metrics_csv
+
+    text = metrics_csv(run)
+    if out_file is not None and str(out_file) == "-":
+        sys.stdout.write(text)
+        return
+    target = out_file or run / "metrics.csv"
+    try:
+        atomic_write(target, text.encode())
+    except OSError as error:
+        raise ConfigError(f"{target}: cannot write ({error.strerror or error})") from None
+    console.print(f"wrote {target}", soft_wrap=True)
 
 
 @app.command(name="list", epilog=_example("esjax list"))

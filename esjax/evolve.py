@@ -401,7 +401,12 @@ def evolve(
             if on_progress is not None:
                 for row in rows[-num_seeds:]:
                     on_progress(
-                        {**row, "generations": total, "seed": int(row.get("seed", seed_ids[0]))}
+                        {
+                            **row,
+                            "generations": total,
+                            "seed": int(row.get("seed", seed_ids[0])),
+                            "run_dir": str(run_dir),
+                        }
                     )
     except jax.errors.JaxRuntimeError as error:
         # A collective with a dead peer fails (gloo: connection reset) rather than hanging; the
