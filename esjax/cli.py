@@ -713,6 +713,153 @@ def render(
 
 @app.command(
     epilog=_example(
+        "esjax sweep pendulum --vary strategy_settings.learning_rate=0.03,0.1,0.3 --seeds 2",
+        "esjax sweep pendulum --vary strategy_settings.learning_rate=0.03,0.1 "
+        "--vary strategy_settings.std_init=0.05,0.1 --seeds 5 --out runs/lr-std",
+        "esjax sweep --resume --out runs/lr-std",
+    )
+)
+@handles_errors
+def sweep(
+    task: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="TASK",
+            help="Task preset name or TOML file; optional with --resume.",
+            show_default=False,
+        ),
+    ] = None,
+    vary: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--vary",
+            metavar="KEY=V1,V2,...",
+            help="A setting and its values (keys as for --set); repeat for a cross product.",
+        ),
+    ] = None,
+    seeds: Annotated[
+        int, typer.Option(min=1, help="Seeds per configuration, run side by side (vmapped).")
+    ] = 1,
+    seed: Annotated[int, typer.Option(min=0, help="First seed of every configuration.")] = 0,
+    strategy: Annotated[
+        str | None, typer.Option("--strategy", "-s", help="Strategy preset; default: the task's.")
+    ] = None,
+    popsize: Annotated[
+        int | None, typer.Option("--popsize", "-p", help="Members per generation.")
+    ] = None,
+    generations: Annotated[
+        int | None, typer.Option("--generations", "-g", help="Generations per configuration.")
+    ] = None,
+    rollouts: Annotated[
+        int | None,
+        typer.Option("--rollouts", "-r", help="Episodes per member per generation."),
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", metavar="KEY=VALUE", help="Override a task field in every run."),
+    ] = None,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Sweep directory; default: runs/sweep-TASK-TIME."),
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the sweep in --out where it stopped.")
+    ] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace an existing sweep directory.")
+    ] = False,
+    episodes: Annotated[
+        int, typer.Option("--episodes", "-n", min=1, help="Fresh test episodes per policy.")
+    ] = 128,
+    log: Annotated[list[str] | None, LOG_OPTION] = None,
+) -> None:
+    """Run TASK for every combination of the --vary values x seeds; compare them.
+
+    Each configuration is a run directory inside the sweep directory (readable by eval, plot
+    and render); sweep.json holds each configuration's final and best test return per seed,
+    their mean and 95% interval, and the env steps to the solve threshold; sweep.png draws a
+    line per configuration (a heatmap of the final test return for two numeric keys).
+    """
+    if task is None and not resume:
+        raise ConfigError("missing TASK: a preset name (see `esjax list`) or a TOML file")
+    if resume and out_dir is None:
+        raise ConfigError("--resume needs the sweep directory: --out SWEEP")
+    if task is not None:
+        _check_task(task, tuple(set_ or ()))
+    from esjax.sweep import SweepInterrupted
+    from esjax.sweep import sweep as run_sweep
+
+    reports: list[ProgressReport] = []
+
+    def announce(configuration: Any, index: int, count: int) -> None:
+        if reports:
+            reports[-1].__exit__(None, None, None)
+        label = ", ".join(configuration.overrides)
+        console.print(f"[bold]configuration {index + 1}/{count}[/bold]: {label}", soft_wrap=True)
+        reports.append(ProgressReport(console, configuration.name, seeds=seeds).__enter__())
+
+    def progress(row: dict[str, Any]) -> None:
+        reports[-1](row)
+
+    try:
+        record = run_sweep(
+            task,
+            vary or (),
+            seeds=seeds,
+            seed=seed,
+            strategy=strategy,
+            popsize=popsize,
+            generations=generations,
+            rollouts=rollouts,
+            overrides=tuple(set_ or ()),
+            out=out_dir,
+            resume=resume,
+            overwrite=overwrite,
+            test_episodes=episodes,
+            log=tuple(log or ()),
+            on_progress=progress,
+            on_configuration=announce,
+        )
+    except SweepInterrupted as stop:
+        err.print(Text(str(stop), style="yellow"), soft_wrap=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    finally:
+        if reports:
+            reports[-1].__exit__(None, None, None)
+    _show_sweep(record, out_dir)
+
+
+def _show_sweep(record: dict[str, Any], out_dir: Path | None) -> None:
+    def cell(stats: dict[str, Any]) -> str:
+        if stats.get("low") is None:
+            return _number(stats.get("mean"))
+        half = (stats["high"] - stats["low"]) / 2
+        return f"{_number(stats['mean'])} ± {_number(half)}"
+
+    n = record["spec"]["seeds"]
+    table = Table(
+        title=f"sweep of {record['spec']['task']}: test return over {n} seed(s), 95% interval",
+        title_justify="left",
+    )
+    for name in ("configuration", "final", "best", "seeds solved", "env steps to solve"):
+        table.add_column(name, justify="left" if name == "configuration" else "right")
+    for entry in record["configurations"]:
+        steps = entry["env_steps_to_solved"]
+        table.add_row(
+            ", ".join(entry["overrides"]),
+            cell(entry["final_test_return"]),
+            cell(entry["best_test_return"]),
+            f"{steps['solved_seeds']}/{len(steps['per_seed'])}" if steps["per_seed"] else "-",
+            _count(steps["mean_over_solved"]) if steps["mean_over_solved"] else "-",
+        )
+    console.print(table)
+    where = record.get("sweep_dir") or out_dir
+    if where is not None:
+        console.print(f"wrote {Path(where) / 'sweep.json'} and {Path(where) / 'sweep.png'}")
+
+
+@app.command(
+    epilog=_example(
         "esjax export runs/pendulum --csv",
         "esjax export runs/pendulum --csv --out - | head",
     )
