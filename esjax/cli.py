@@ -786,8 +786,8 @@ def sweep(
         raise ConfigError("--resume needs the sweep directory: --out SWEEP")
     if task is not None:
         _check_task(task, tuple(set_ or ()))
-    from esjax.sweep import SweepInterrupted
-    from esjax.sweep import sweep as run_sweep
+    from esjax.sweeps import SweepInterrupted
+    from esjax.sweeps import sweep as run_sweep
 
     reports: list[ProgressReport] = []
 

@@ -12,7 +12,7 @@ import math
 import pytest
 from test_cli import SMALL, assert_clean_error, esjax
 
-from esjax import sweep as sweeps
+from esjax import sweeps
 from esjax.config import ConfigError
 
 TINY = {
@@ -143,3 +143,23 @@ def test_bad_sweeps_fail_before_compiling(tmp_path):
     result = esjax("sweep", "pendulum", "--vary", "strategy_settings.learning_rate", cwd=tmp_path)
     assert_clean_error(result, "KEY=V1,V2")
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "command, words",
+    [
+        ("sweep", ["TASK", "--vary", "--seeds", "--out", "--resume", "--log", "KEY=V1,V2"]),
+        ("export", ["RUN", "--csv", "--out"]),
+    ],
+)
+def test_help_is_complete_with_an_example(command, words):
+    from typer.testing import CliRunner
+
+    from esjax.cli import app
+
+    result = CliRunner().invoke(app, [command, "--help"], prog_name="esjax", env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    examples = result.output.split("Examples", 1)[1]
+    assert f"esjax {command}" in examples
+    for word in words:
+        assert word in result.output, word
