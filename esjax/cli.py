@@ -790,13 +790,19 @@ def sweep(
     from esjax.sweeps import sweep as run_sweep
 
     reports: list[ProgressReport] = []
+    shown_seeds = seeds
+    if resume:
+        from esjax.sweeps import read_spec
+
+        shown_seeds = int(read_spec(out_dir)["seeds"])
 
     def announce(configuration: Any, index: int, count: int) -> None:
         if reports:
             reports[-1].__exit__(None, None, None)
         label = ", ".join(configuration.overrides)
         console.print(f"[bold]configuration {index + 1}/{count}[/bold]: {label}", soft_wrap=True)
-        reports.append(ProgressReport(console, configuration.name, seeds=seeds).__enter__())
+        report = ProgressReport(console, configuration.name, seeds=shown_seeds)
+        reports.append(report.__enter__())
 
     def progress(row: dict[str, Any]) -> None:
         reports[-1](row)

@@ -135,13 +135,14 @@ def sweep(
     With ``resume=True`` the sweep in ``out`` continues from its own ``sweep.json``.
     """
     from esjax.evolve import evolve, resolve_config
+    from esjax.plotting import plot_runs
     from esjax.trackers import RunLogger, check_backends
 
     check_backends(log)
     if resume:
         if out is None:
             raise ConfigError("resume needs the sweep directory (out=...)")
-        spec = _read_spec(Path(out))
+        spec = read_spec(Path(out))
         given = {"task": task, "vary": list(vary), "seeds": seeds, "overrides": list(overrides)}
         for key, value in given.items():
             if value not in (None, [], 1) and value != spec[key] and str(value) != spec[key]:
@@ -205,6 +206,7 @@ def sweep(
                     )
         except Interrupted as stop:
             raise SweepInterrupted(sweep_dir, stop.generation) from None
+        plot_runs([run_dir], run_dir / "fitness.png")  # as `esjax evolve` leaves it
 
     record = summarize(sweep_dir, grid, spec)
     runs.write_json(sweep_dir / SWEEP, record)
@@ -231,7 +233,9 @@ def _prepare(sweep_dir: Path, overwrite: bool) -> None:
     sweep_dir.mkdir(parents=True, exist_ok=True)
 
 
-def _read_spec(sweep_dir: Path) -> dict[str, Any]:
+def read_spec(sweep_dir: str | Path) -> dict[str, Any]:
+    """The arguments a sweep was started with, from its ``sweep.json``."""
+    sweep_dir = Path(sweep_dir)
     path = sweep_dir / SWEEP
     if not path.is_file():
         raise ConfigError(f"{sweep_dir}: not a sweep directory (no {SWEEP})")

@@ -163,3 +163,18 @@ def test_help_is_complete_with_an_example(command, words):
     assert f"esjax {command}" in examples
     for word in words:
         assert word in result.output, word
+
+
+def test_cli_resume_of_a_finished_sweep_reports_the_same_numbers(finished, tmp_path):
+    import shutil
+
+    out, record = finished
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    result = esjax("sweep", "--resume", "--out", copy, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "strategy_settings.learning_rate=0.3" in result.stdout
+    again = json.loads((copy / "sweep.json").read_text())
+    assert again["configurations"] == json.loads(json.dumps(record["configurations"]))
+    for entry in again["configurations"]:
+        assert (copy / entry["run_dir"] / "fitness.png").is_file()
