@@ -361,7 +361,7 @@ def plot_sweep(sweep_dir: Path, record: dict[str, Any]) -> Path:
             "axes": keys,
             "in_training": np.zeros_like(means, dtype=bool).tolist(),
         }
-        heat_title = f"{record['spec']['task']} · final policy · mean test return over seeds"
+        heat_title = f"{record['spec']['task']}: final policy, mean test return"
         return plot_grid(grid, sweep_dir / FIGURE, title=heat_title)
     return plot_groups(
         groups, sweep_dir / FIGURE, title=title, solved_return=solved_return_of(run_dirs)
