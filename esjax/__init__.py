@@ -5,6 +5,7 @@ from esjax.distributed import use_cpu_cores
 from esjax.evolve import Interrupted, RunSummary, evaluate_run, evolve
 from esjax.rollout import ObsStats, PopulationRollout, RolloutResult, obs_moments
 from esjax.runs import load_metrics, load_policy
+from esjax.sweeps import sweep
 
 __all__ = [
     "Interrupted",
@@ -18,6 +19,7 @@ __all__ = [
     "load_policy",
     "obs_moments",
     "policies",
+    "sweep",
     "use_cpu_cores",
 ]
 __version__ = "0.1.0"

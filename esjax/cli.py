@@ -7,6 +7,7 @@ SIGUSR1 checkpoints and exits with 128 + the signal number (130 for Ctrl-C, 143 
 JAX-heavy modules are imported inside the commands so that ``--help`` and ``list`` are quick.
 """
 
+import contextlib
 import functools
 import json
 import math
@@ -213,6 +214,51 @@ class ProgressReport:
             self.console.print(f"gen {done}  {stats}  ETA {_duration(eta)}", soft_wrap=True)
 
 
+# ---------------------------------------------------------------------------- global options
+@app.callback()
+def _global_options(
+    no_cache: Annotated[
+        bool,
+        typer.Option(
+            "--no-cache",
+            envvar="ESJAX_NO_CACHE",
+            help="Compile afresh: do not read or write the per-user compilation cache "
+            "(~/.cache/esjax/xla; ESJAX_CACHE_DIR moves it, ESJAX_CACHE_MAX_MB caps it).",
+        ),
+    ] = False,
+) -> None:
+    """Runs before every command, before anything compiles."""
+    from esjax import cache
+
+    if no_cache or cache.disabled_by_env():
+        cache.disable_compilation_cache()
+    else:
+        cache.enable_compilation_cache()
+
+
+# ---------------------------------------------------------------------------- trackers
+LOG_OPTION = typer.Option(
+    "--log",
+    metavar="BACKEND",
+    help="Also log the metrics and the config to tensorboard, wandb or mlflow (each an extra: "
+    'pip install "esjax[tensorboard]"); repeatable.',
+)
+
+
+@contextlib.contextmanager
+def _tracking(backends: list[str] | None, report: Any, resumed: Path | None):
+    """The ``on_progress`` callback: ``report``, after copying new metrics to the trackers."""
+    if not backends:
+        yield report
+        return
+    from esjax.runs import load_metrics
+    from esjax.trackers import RunLogger
+
+    done = max((int(r["generation"]) for r in load_metrics(resumed)), default=0) if resumed else 0
+    with RunLogger(backends, skip_through=done, then=report) as logger:
+        yield logger
+
+
 # ---------------------------------------------------------------------------- commands
 @app.command(
     epilog=_example(
@@ -298,6 +344,7 @@ def evolve(
             help="Seconds between periodic checkpoints (one is always written at the end).",
         ),
     ] = 30.0,
+    log: Annotated[list[str] | None, LOG_OPTION] = None,
 ) -> None:
     """Evolve a policy for TASK and write a run directory (metrics, checkpoints, fitness.png).
 
@@ -333,7 +380,7 @@ def evolve(
         shown_seeds = int(read_run_config(out_dir).get("seeds", seeds))
     report = ProgressReport(console, f"evolve {label}", seeds=shown_seeds)
     try:
-        with report:
+        with report, _tracking(log, report, out_dir if resume else None) as on_progress:
             summary = run_evolution(
                 task,
                 strategy=strategy,
@@ -346,8 +393,8 @@ def evolve(
                 resume=resume,
                 overwrite=overwrite,
                 overrides=overrides,
-                on_progress=report,
                 checkpoint_every_s=checkpoint_every,
+                on_progress=on_progress,
             )
     except Interrupted as stop:
         err.print(Text(str(stop), style="yellow"), soft_wrap=True)
@@ -764,6 +811,197 @@ def render(
         fps=fps,
     )
     console.print(f"wrote {path} (episode return {total:.1f})", soft_wrap=True)
+
+
+@app.command(
+    epilog=_example(
+        "esjax sweep pendulum --vary strategy_settings.learning_rate=0.03,0.1,0.3 --seeds 2",
+        "esjax sweep pendulum --vary strategy_settings.learning_rate=0.03,0.1 "
+        "--vary strategy_settings.std_init=0.05,0.1 --seeds 5 --out runs/lr-std",
+        "esjax sweep --resume --out runs/lr-std",
+    )
+)
+@handles_errors
+def sweep(
+    task: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="TASK",
+            help="Task preset name or TOML file; optional with --resume.",
+            show_default=False,
+        ),
+    ] = None,
+    vary: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--vary",
+            metavar="KEY=V1,V2,...",
+            help="A setting and its values (keys as for --set); repeat for a cross product.",
+        ),
+    ] = None,
+    seeds: Annotated[
+        int, typer.Option(min=1, help="Seeds per configuration, run side by side (vmapped).")
+    ] = 1,
+    seed: Annotated[int, typer.Option(min=0, help="First seed of every configuration.")] = 0,
+    strategy: Annotated[
+        str | None, typer.Option("--strategy", "-s", help="Strategy preset; default: the task's.")
+    ] = None,
+    popsize: Annotated[
+        int | None, typer.Option("--popsize", "-p", help="Members per generation.")
+    ] = None,
+    generations: Annotated[
+        int | None, typer.Option("--generations", "-g", help="Generations per configuration.")
+    ] = None,
+    rollouts: Annotated[
+        int | None,
+        typer.Option("--rollouts", "-r", help="Episodes per member per generation."),
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", metavar="KEY=VALUE", help="Override a task field in every run."),
+    ] = None,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Sweep directory; default: runs/sweep-TASK-TIME."),
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the sweep in --out where it stopped.")
+    ] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace an existing sweep directory.")
+    ] = False,
+    episodes: Annotated[
+        int, typer.Option("--episodes", "-n", min=1, help="Fresh test episodes per policy.")
+    ] = 128,
+    log: Annotated[list[str] | None, LOG_OPTION] = None,
+) -> None:
+    """Run TASK for every combination of the --vary values x seeds; compare them.
+
+    Each configuration is a run directory inside the sweep directory (readable by eval, plot
+    and render); sweep.json holds each configuration's final and best test return per seed,
+    their mean and 95% interval, and the env steps to the solve threshold; sweep.png draws a
+    line per configuration (a heatmap of the final test return for two numeric keys).
+    """
+    if task is None and not resume:
+        raise ConfigError("missing TASK: a preset name (see `esjax list`) or a TOML file")
+    if resume and out_dir is None:
+        raise ConfigError("--resume needs the sweep directory: --out SWEEP")
+    if task is not None:
+        _check_task(task, tuple(set_ or ()))
+    from esjax.sweeps import SweepInterrupted
+    from esjax.sweeps import sweep as run_sweep
+
+    reports: list[ProgressReport] = []
+    shown_seeds = seeds
+    if resume:
+        from esjax.sweeps import read_spec
+
+        shown_seeds = int(read_spec(out_dir)["seeds"])
+
+    def announce(configuration: Any, index: int, count: int) -> None:
+        if reports:
+            reports[-1].__exit__(None, None, None)
+        label = ", ".join(configuration.overrides)
+        console.print(f"[bold]configuration {index + 1}/{count}[/bold]: {label}", soft_wrap=True)
+        report = ProgressReport(console, configuration.name, seeds=shown_seeds)
+        reports.append(report.__enter__())
+
+    def progress(row: dict[str, Any]) -> None:
+        reports[-1](row)
+
+    try:
+        record = run_sweep(
+            task,
+            vary or (),
+            seeds=seeds,
+            seed=seed,
+            strategy=strategy,
+            popsize=popsize,
+            generations=generations,
+            rollouts=rollouts,
+            overrides=tuple(set_ or ()),
+            out=out_dir,
+            resume=resume,
+            overwrite=overwrite,
+            test_episodes=episodes,
+            log=tuple(log or ()),
+            on_progress=progress,
+            on_configuration=announce,
+        )
+    except SweepInterrupted as stop:
+        err.print(Text(str(stop), style="yellow"), soft_wrap=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    finally:
+        if reports:
+            reports[-1].__exit__(None, None, None)
+    _show_sweep(record, out_dir)
+
+
+def _show_sweep(record: dict[str, Any], out_dir: Path | None) -> None:
+    def cell(stats: dict[str, Any]) -> str:
+        if stats.get("low") is None:
+            return _number(stats.get("mean"))
+        half = (stats["high"] - stats["low"]) / 2
+        return f"{_number(stats['mean'])} ± {_number(half)}"
+
+    n = record["spec"]["seeds"]
+    table = Table(
+        title=f"sweep of {record['spec']['task']}: test return over {n} seed(s), 95% interval",
+        title_justify="left",
+    )
+    for name in ("configuration", "final", "best", "seeds solved", "env steps to solve"):
+        table.add_column(name, justify="left" if name == "configuration" else "right")
+    for entry in record["configurations"]:
+        steps = entry["env_steps_to_solved"]
+        table.add_row(
+            ", ".join(entry["overrides"]),
+            cell(entry["final_test_return"]),
+            cell(entry["best_test_return"]),
+            f"{steps['solved_seeds']}/{len(steps['per_seed'])}" if steps["per_seed"] else "-",
+            _count(steps["mean_over_solved"]) if steps["mean_over_solved"] else "-",
+        )
+    console.print(table)
+    where = record.get("sweep_dir") or out_dir
+    if where is not None:
+        console.print(f"wrote {Path(where) / 'sweep.json'} and {Path(where) / 'sweep.png'}")
+
+
+@app.command(
+    epilog=_example(
+        "esjax export runs/pendulum --csv",
+        "esjax export runs/pendulum --csv --out - | head",
+    )
+)
+@handles_errors
+def export(
+    run: Annotated[
+        Path, typer.Argument(metavar="RUN", help="A run directory written by esjax evolve.")
+    ],
+    csv: Annotated[
+        bool, typer.Option("--csv", help="metrics.jsonl as CSV, one row per generation and seed.")
+    ] = False,
+    out_file: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="File to write (`-`: stdout); default: RUN/metrics.csv."),
+    ] = None,
+) -> None:
+    """Write a run's metrics in another format for spreadsheets and notebooks."""
+    _run_dir(run)
+    if not csv:
+        raise ConfigError("choose a format: --csv")
+    from esjax.runs import atomic_write
+    from esjax.trackers import metrics_csv
+
+    text = metrics_csv(run)
+    if out_file is not None and str(out_file) == "-":
+        sys.stdout.write(text)
+        return
+    target = out_file or run / "metrics.csv"
+    try:
+        atomic_write(target, text.encode())
+    except OSError as error:
+        raise ConfigError(f"{target}: cannot write ({error.strerror or error})") from None
+    console.print(f"wrote {target}", soft_wrap=True)
 
 
 @app.command(name="list", epilog=_example("esjax list"))

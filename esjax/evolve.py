@@ -296,7 +296,14 @@ def evolve(
             if on_progress is not None:
                 for row in rows[-len(run.seed_ids) :]:
                     seed_id = int(row.get("seed", run.seed_ids[0]))
-                    on_progress({**row, "generations": run.total, "seed": seed_id})
+                    on_progress(
+                        {
+                            **row,
+                            "generations": run.total,
+                            "seed": seed_id,
+                            "run_dir": str(run.run_dir),
+                        }
+                    )
         return run.finish()
 
 

@@ -1,0 +1,108 @@
+"""A warm start: JAX's persistent compilation cache in a per-user directory.
+
+Every command otherwise compiles its generation block afresh (seconds on a laptop CPU). With
+the cache on, a program compiled once is read back from disk by the next process that builds
+the same program on the same devices. The cache is an optimisation only: a directory that
+cannot be created or written is a warning and the command runs uncached.
+
+``ESJAX_NO_CACHE=1`` (or ``esjax --no-cache``) turns it off; ``ESJAX_CACHE_DIR`` moves it;
+``ESJAX_CACHE_MAX_MB`` caps its size (oldest entries are removed at start-up).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+ENV_DISABLE = "ESJAX_NO_CACHE"
+ENV_DIR = "ESJAX_CACHE_DIR"
+ENV_MAX_MB = "ESJAX_CACHE_MAX_MB"
+DEFAULT_MAX_MB = 1024
+
+
+def default_cache_dir() -> Path:
+    """``$ESJAX_CACHE_DIR``, else ``$XDG_CACHE_HOME/esjax/xla``, else ``~/.cache/esjax/xla``."""
+    if os.environ.get(ENV_DIR):
+        return Path(os.environ[ENV_DIR]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "esjax" / "xla"
+
+
+def disabled_by_env() -> bool:
+    """True when ``ESJAX_NO_CACHE`` is set to anything but an empty string, 0 or false."""
+    return os.environ.get(ENV_DISABLE, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _max_bytes() -> int:
+    raw = os.environ.get(ENV_MAX_MB)
+    try:
+        megabytes = float(raw) if raw else DEFAULT_MAX_MB
+    except ValueError:
+        warnings.warn(f"{ENV_MAX_MB}={raw!r} is not a number; using {DEFAULT_MAX_MB}", stacklevel=3)
+        megabytes = DEFAULT_MAX_MB
+    return int(max(megabytes, 0) * 2**20)
+
+
+def prune(directory: Path, max_bytes: int) -> int:
+    """Remove the least recently written entries until ``directory`` holds at most ``max_bytes``.
+
+    Returns the number of files removed. JAX's own size cap needs an extra package and locks
+    every read, so the cap is kept here, once per process, before anything is compiled.
+    """
+    entries = []
+    for path in directory.iterdir():
+        try:
+            stat = path.stat()
+        except OSError:  # removed by another process meanwhile
+            continue
+        if path.is_file():
+            entries.append((stat.st_mtime, stat.st_size, path))
+    total = sum(size for _, size, _ in entries)
+    removed = 0
+    for _, size, path in sorted(entries, key=lambda e: e[0]):
+        if total <= max_bytes:
+            break
+        try:
+            path.unlink()
+        except OSError:
+            continue
+        total -= size
+        removed += 1
+    return removed
+
+
+def enable_compilation_cache(directory: str | Path | None = None) -> Path | None:
+    """Point JAX's persistent compilation cache at ``directory`` (default: per user).
+
+    Every program is cached whatever its compile time (the generation block is the one that
+    matters, but many small ones add up at start-up). Returns the directory in use, or None
+    with a warning when it cannot be written. Call before the first compilation.
+    """
+    import jax
+
+    path = Path(directory).expanduser() if directory is not None else default_cache_dir()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+        prune(path, _max_bytes())
+    except OSError as err:
+        reason = err.strerror or str(err)
+        warnings.warn(
+            f"compilation cache {path} is not writable ({reason}); running without it",
+            stacklevel=2,
+        )
+        return None
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    return path
+
+
+def disable_compilation_cache() -> None:
+    """Leave compiled programs in memory only (the JAX default)."""
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", None)

@@ -1,0 +1,372 @@
+"""Sweeps: the cross product of varied settings x seeds, one run directory per configuration.
+
+``sweep("pendulum", ["strategy_settings.learning_rate=0.03,0.1,0.3"], seeds=5)`` runs every
+configuration with :func:`esjax.evolve.evolve` (its seeds vmapped in one program) into
+``SWEEP/<nn>-<key>=<value>``, a run directory like any other, then tests each configuration's
+final and best policy on fresh episodes and writes ``SWEEP/sweep.json`` and ``SWEEP/sweep.png``.
+Configurations run one after another; a configuration that is already finished is not run
+again, so ``resume=True`` continues an interrupted sweep where it stopped (an interrupted
+configuration resumes from its checkpoint, bit-identically).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import itertools
+import json
+import math
+import re
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from esjax import runs
+from esjax.config import ConfigError, parse_override
+from esjax.evolve import Interrupted
+
+SWEEP = "sweep.json"
+FIGURE = "sweep.png"
+CURVES = "sweep-curves.png"
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One point of the cross product: its directory name and ``--set`` overrides."""
+
+    name: str
+    overrides: tuple[str, ...]
+    values: dict[str, Any]
+
+
+class SweepInterrupted(Interrupted):
+    """A sweep stopped by Ctrl-C; the running configuration checkpointed, finished ones stay."""
+
+    def __str__(self) -> str:
+        return (
+            f"sweep interrupted; finished configurations and a checkpoint are in {self.run_dir}. "
+            f"Resume with `esjax sweep --resume --out {self.run_dir}` or "
+            f"sweep(..., out={str(self.run_dir)!r}, resume=True)"
+        )
+
+
+# ---------------------------------------------------------------------------- the grid
+def split_values(text: str) -> list[str]:
+    """``"0.1,[32,32],adam"`` -> ``["0.1", "[32,32]", "adam"]``: commas inside brackets stay."""
+    values, depth, current = [], 0, ""
+    for char in text:
+        if char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+        if char == "," and depth == 0:
+            values.append(current.strip())
+            current = ""
+        else:
+            current += char
+    values.append(current.strip())
+    return values
+
+
+def parse_vary(text: str) -> tuple[str, list[str]]:
+    """``"KEY=V1,V2"`` -> ``(KEY, ["V1", "V2"])``, each value checked like a ``--set`` value."""
+    if "=" not in text:
+        raise ConfigError(f"--vary {text!r}: expected KEY=V1,V2,...")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    values = split_values(raw)
+    if not key or any(not v for v in values):
+        raise ConfigError(f"--vary {text!r}: expected KEY=V1,V2,... with no empty value")
+    if len(set(values)) != len(values):
+        raise ConfigError(f"--vary {text!r}: a value is repeated")
+    for value in values:
+        parse_override(f"{key}={value}")
+    return key, values
+
+
+def configurations(vary: Sequence[str]) -> list[Configuration]:
+    """The cross product of the ``--vary`` axes, first axis slowest."""
+    axes = [parse_vary(text) for text in vary]
+    if not axes:
+        raise ConfigError("a sweep needs at least one --vary KEY=V1,V2,...")
+    keys = [key for key, _ in axes]
+    if len(set(keys)) != len(keys):
+        raise ConfigError("each --vary key may appear once")
+    product = list(itertools.product(*(values for _, values in axes)))
+    width = len(str(len(product) - 1))
+    out = []
+    for index, values in enumerate(product):
+        parsed = {key: parse_override(f"{key}={v}")[1] for key, v in zip(keys, values, strict=True)}
+        label = "-".join(f"{key.split('.')[-1]}={v}" for key, v in zip(keys, values, strict=True))
+        name = f"{index:0{width}d}-" + re.sub(r"[^A-Za-z0-9_.=+-]+", "_", label)
+        overrides = tuple(f"{key}={v}" for key, v in zip(keys, values, strict=True))
+        out.append(Configuration(name, overrides, parsed))
+    return out
+
+
+# ---------------------------------------------------------------------------- running
+def sweep(
+    task: str | Path | None,
+    vary: Sequence[str] = (),
+    *,
+    seeds: int = 1,
+    seed: int = 0,
+    strategy: str | None = None,
+    popsize: int | None = None,
+    generations: int | None = None,
+    rollouts: int | None = None,
+    overrides: Sequence[str] = (),
+    out: str | Path | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    test_episodes: int = 128,
+    log: Sequence[str] = (),
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
+    on_configuration: Callable[[Configuration, int, int], None] | None = None,
+) -> dict[str, Any]:
+    """Run every configuration of the sweep and return the ``sweep.json`` record.
+
+    ``vary`` holds ``KEY=V1,V2,...`` strings (keys as for ``--set``); the other arguments are
+    shared by every configuration as in :func:`esjax.evolve.evolve`. ``on_configuration`` is
+    called with ``(configuration, index, count)`` before each one runs; ``log`` names trackers.
+    With ``resume=True`` the sweep in ``out`` continues from its own ``sweep.json``.
+    """
+    from esjax.evolve import evolve, resolve_config
+    from esjax.plotting import plot_runs
+    from esjax.trackers import RunLogger, check_backends
+
+    check_backends(log)
+    if resume:
+        if out is None:
+            raise ConfigError("resume needs the sweep directory (out=...)")
+        spec = read_spec(Path(out))
+        given = {"task": task, "vary": list(vary), "seeds": seeds, "overrides": list(overrides)}
+        for key, value in given.items():
+            if value not in (None, [], 1) and value != spec[key] and str(value) != spec[key]:
+                raise ConfigError(f"cannot change {key} on resume (sweep has {spec[key]!r})")
+    else:
+        spec = {
+            "task": str(task) if task is not None else None,
+            "vary": list(vary),
+            "seeds": seeds,
+            "seed": seed,
+            "strategy": strategy,
+            "popsize": popsize,
+            "generations": generations,
+            "rollouts": rollouts,
+            "overrides": list(overrides),
+            "test_episodes": test_episodes,
+        }
+    if spec["task"] is None:
+        raise ConfigError("missing TASK: a preset name (see `esjax list`) or a TOML file")
+    grid = configurations(spec["vary"])
+    shared = {k: spec[k] for k in ("strategy", "popsize", "generations", "rollouts")}
+    for configuration in grid:  # every configuration is valid before anything compiles
+        resolve_config(
+            spec["task"],
+            **shared,
+            seed=spec["seed"],
+            seeds=spec["seeds"],
+            overrides=[*spec["overrides"], *configuration.overrides],
+        )
+    sweep_dir = Path(out) if out is not None else _default_dir(spec["task"])
+    if not resume:
+        _prepare(sweep_dir, overwrite)
+        runs.write_json(sweep_dir / SWEEP, {"spec": spec, "configurations": []})
+
+    for index, configuration in enumerate(grid):
+        run_dir = sweep_dir / configuration.name
+        if (run_dir / runs.SUMMARY).is_file():
+            continue  # finished earlier
+        if on_configuration is not None:
+            on_configuration(configuration, index, len(grid))
+        partial = (run_dir / runs.CHECKPOINT).is_file()
+        done = (
+            max((int(r["generation"]) for r in runs.load_metrics(run_dir)), default=0)
+            if partial
+            else 0
+        )
+        try:
+            with RunLogger(log, run_dir=run_dir, skip_through=done, then=on_progress) as logger:
+                if partial:
+                    evolve(None, out=run_dir, resume=True, on_progress=logger)
+                else:
+                    evolve(
+                        spec["task"],
+                        **shared,
+                        seed=spec["seed"],
+                        seeds=spec["seeds"],
+                        overrides=[*spec["overrides"], *configuration.overrides],
+                        out=run_dir,
+                        overwrite=run_dir.exists(),  # a directory left before its checkpoint
+                        on_progress=logger,
+                    )
+        except Interrupted as stop:
+            raise SweepInterrupted(sweep_dir, stop.generation) from None
+        plot_runs([run_dir], run_dir / "fitness.png")  # as `esjax evolve` leaves it
+
+    record = summarize(sweep_dir, grid, spec)
+    runs.write_json(sweep_dir / SWEEP, record)
+    plot_sweep(sweep_dir, record)
+    return record
+
+
+def _default_dir(task: str) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"sweep-{Path(task).stem}-{stamp}"
+
+
+def _prepare(sweep_dir: Path, overwrite: bool) -> None:
+    if sweep_dir.exists() and any(sweep_dir.iterdir()):
+        if not overwrite:
+            raise ConfigError(
+                f"{sweep_dir} exists; pass --resume to continue it or --overwrite to replace it"
+            )
+        if not (sweep_dir / SWEEP).is_file():
+            raise ConfigError(
+                f"{sweep_dir} is not a sweep directory (no {SWEEP}); not replacing it"
+            )
+        shutil.rmtree(sweep_dir)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+
+
+def read_spec(sweep_dir: str | Path) -> dict[str, Any]:
+    """The arguments a sweep was started with, from its ``sweep.json``."""
+    sweep_dir = Path(sweep_dir)
+    path = sweep_dir / SWEEP
+    if not path.is_file():
+        raise ConfigError(f"{sweep_dir}: not a sweep directory (no {SWEEP})")
+    try:
+        return json.loads(path.read_text())["spec"]
+    except (json.JSONDecodeError, KeyError) as err:
+        raise ConfigError(f"{path}: unreadable ({err})") from None
+
+
+# ---------------------------------------------------------------------------- results
+def interval(values: Sequence[float]) -> dict[str, float | None]:
+    """Mean and 95% Student-t confidence interval over seeds (no interval for one seed)."""
+    from esjax.plotting import t95
+
+    data = np.asarray([v for v in values if v is not None], dtype=float)
+    if data.size == 0:
+        return {"mean": None, "low": None, "high": None}
+    mean = float(data.mean())
+    if data.size < 2:
+        return {"mean": mean, "low": None, "high": None}
+    half = t95(data.size - 1) * float(data.std(ddof=1)) / math.sqrt(data.size)
+    return {"mean": mean, "low": mean - half, "high": mean + half}
+
+
+def steps_to_threshold(rows: Sequence[dict[str, Any]], threshold: float | None) -> list:
+    """Per seed, env steps at the first evaluation reaching ``threshold`` (None: never)."""
+    from esjax.plotting import split_seeds
+
+    if threshold is None:
+        return []
+    out = []
+    for seed_rows in split_seeds(rows):
+        hits = [
+            int(r["env_steps"])
+            for r in seed_rows
+            if r.get("eval_return") is not None and r["eval_return"] >= threshold
+        ]
+        out.append(min(hits) if hits else None)
+    return out
+
+
+def summarize(sweep_dir: Path, grid: Sequence[Configuration], spec: dict[str, Any]) -> dict:
+    """Test every configuration's final and best policy per seed on fresh episodes."""
+    from esjax.evolve import evaluate_run, make_test_rollout
+
+    episodes = int(spec.get("test_episodes") or 128)
+    built_by_task: dict[str, tuple] = {}
+    results = []
+    for configuration in grid:
+        run_dir = sweep_dir / configuration.name
+        config = runs.read_run_config(run_dir)
+        # Configurations that differ only in strategy settings share one test rollout (and
+        # one compile); the key comes from this run's own config.
+        task_key = json.dumps(config["task"], sort_keys=True)
+        if task_key not in built_by_task:
+            built_by_task[task_key] = make_test_rollout(run_dir)
+        built = (config, built_by_task[task_key][1])
+        entry: dict[str, Any] = {
+            "name": configuration.name,
+            "overrides": list(configuration.overrides),
+            "values": configuration.values,
+            "run_dir": configuration.name,
+        }
+        for which in ("final", "best"):
+            per_seed = [
+                evaluate_run(run_dir, episodes, seed=s, which=which, built=built)["mean"]
+                for s in range(int(config["seeds"]))
+            ]
+            entry[f"{which}_test_return"] = {"per_seed": per_seed, **interval(per_seed)}
+        threshold = config["task"].get("solved_return")
+        steps = steps_to_threshold(runs.load_metrics(run_dir), threshold)
+        entry["solved_return"] = threshold
+        entry["env_steps_to_solved"] = {
+            "per_seed": steps,
+            "solved_seeds": sum(s is not None for s in steps),
+            "mean_over_solved": (
+                float(np.mean([s for s in steps if s is not None]))
+                if any(s is not None for s in steps)
+                else None
+            ),
+        }
+        results.append(entry)
+    return {
+        "spec": spec,
+        "sweep_dir": str(sweep_dir),
+        "test_episodes": episodes,
+        "configurations": results,
+        "figure": FIGURE,
+    }
+
+
+def plot_sweep(sweep_dir: Path, record: dict[str, Any]) -> Path:
+    """Curves per configuration (mean and 95% band); a heatmap too for two numeric axes."""
+    from esjax.plotting import Group, plot_grid, plot_groups, solved_return_of
+
+    entries = record["configurations"]
+    run_dirs = [sweep_dir / e["run_dir"] for e in entries]
+    groups = [
+        Group(", ".join(e["overrides"]), (runs.load_metrics(d),))
+        for e, d in zip(entries, run_dirs, strict=True)
+    ]
+    title = f"sweep · {record['spec']['task']} · {record['spec']['seeds']} seeds per line"
+    keys = [parse_vary_key(text) for text in record["spec"]["vary"]]
+    numeric = all(
+        isinstance(e["values"][k], int | float) and not isinstance(e["values"][k], bool)
+        for e in entries
+        for k in keys
+    )
+    if len(keys) == 2 and numeric:
+        plot_groups(
+            groups, sweep_dir / CURVES, title=title, solved_return=solved_return_of(run_dirs)
+        )
+        rows = sorted({e["values"][keys[0]] for e in entries})
+        cols = sorted({e["values"][keys[1]] for e in entries})
+        means = np.full((len(rows), len(cols)), np.nan)
+        for e in entries:
+            value = e["final_test_return"]["mean"]
+            r, c = rows.index(e["values"][keys[0]]), cols.index(e["values"][keys[1]])
+            means[r, c] = np.nan if value is None else value
+        grid = {
+            "mean": means.tolist(),
+            "values": [rows, cols],
+            "axes": keys,
+            "in_training": np.zeros_like(means, dtype=bool).tolist(),
+        }
+        heat_title = f"{record['spec']['task']}: final policy, mean test return"
+        return plot_grid(grid, sweep_dir / FIGURE, title=heat_title)
+    return plot_groups(
+        groups, sweep_dir / FIGURE, title=title, solved_return=solved_return_of(run_dirs)
+    )
+
+
+def parse_vary_key(text: str) -> str:
+    return text.split("=", 1)[0].strip()

@@ -1,0 +1,268 @@
+"""Experiment trackers and CSV: the scalars of ``metrics.jsonl``, elsewhere.
+
+``metrics.jsonl`` stays the record; a tracker is a copy made as the run goes. ``RunLogger`` is an
+``on_progress`` callback: at each host visit it reads the rows the run appended since the last
+visit and hands them, one generation at a time, to every backend asked for. Each backend is an
+optional extra (``pip install "esjax[tensorboard]"``, ``[wandb]``, ``[mlflow]``) imported only
+when asked for; a missing one is a :class:`~esjax.config.ConfigError` naming the extra.
+
+Scalar names are the metrics' own (``fitness_mean``, ``eval_return``, ...); in a multi-seed run
+each gets a ``/seed<N>`` suffix. The step is the generation.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from esjax import runs
+from esjax.config import ConfigError
+
+BACKENDS = ("tensorboard", "wandb", "mlflow")
+_MODULES = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
+_NOT_SCALARS = ("generation", "seed")
+
+
+class Tracker(Protocol):
+    def log(self, generation: int, scalars: dict[str, float]) -> None: ...
+    def close(self) -> None: ...
+
+
+def check_backends(names: Sequence[str]) -> tuple[str, ...]:
+    """Validate ``--log`` names and that each backend is installed, before anything compiles."""
+    import importlib.util
+
+    checked = []
+    for name in names:
+        if name not in BACKENDS:
+            raise ConfigError(f"unknown tracker {name!r}; choose from {', '.join(BACKENDS)}")
+        if importlib.util.find_spec(_MODULES[name]) is None:
+            raise ConfigError(f'--log {name} needs the {name} extra: pip install "esjax[{name}]"')
+        if name not in checked:
+            checked.append(name)
+    return tuple(checked)
+
+
+def scalars(row: dict[str, Any]) -> dict[str, float]:
+    """A metrics row's numeric fields, suffixed ``/seed<N>`` when the row names its seed."""
+    suffix = f"/seed{row['seed']}" if "seed" in row else ""
+    out = {}
+    for key, value in row.items():
+        if key in _NOT_SCALARS or isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        out[key + suffix] = float(value)
+    return out
+
+
+def flat_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config as ``{"task.policy.hidden": "[32, 32]", "popsize": 64, ...}``."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flat_config(value, name + "."))
+        elif value is None or isinstance(value, bool | int | float | str):
+            out[name] = value
+        else:
+            out[name] = json.dumps(value)
+    return out
+
+
+# ---------------------------------------------------------------------------- backends
+class TensorBoardTracker:
+    """Event files under ``RUN/tensorboard``: scalars plus the config for the HParams tab."""
+
+    def __init__(self, run_dir: Path, config: dict[str, Any]):
+        from tensorboard.compat.proto import summary_pb2
+        from tensorboard.plugins.hparams import summary_v2 as hparams
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        self._summary_pb2 = summary_pb2
+        self.writer = EventFileWriter(str(run_dir / "tensorboard"))
+        values = {k: ("null" if v is None else v) for k, v in flat_config(config).items()}
+        self._write(hparams.hparams_pb(values, trial_id=run_dir.name), 0)
+
+    def _write(self, summary: Any, step: int) -> None:
+        from tensorboard.compat.proto import event_pb2
+
+        self.writer.add_event(event_pb2.Event(wall_time=time.time(), step=step, summary=summary))
+
+    def log(self, generation: int, scalars: dict[str, float]) -> None:
+        values = [
+            self._summary_pb2.Summary.Value(tag=tag, simple_value=value)
+            for tag, value in scalars.items()
+        ]
+        self._write(self._summary_pb2.Summary(value=values), generation)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class WandbTracker:
+    """A W&B run in ``RUN/wandb`` (``WANDB_MODE=offline`` keeps it local until ``wandb sync``)."""
+
+    def __init__(self, run_dir: Path, config: dict[str, Any]):
+        import wandb
+
+        self.run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT", "esjax"),
+            name=run_dir.name,
+            dir=str(run_dir),
+            config=config,
+        )
+
+    def log(self, generation: int, scalars: dict[str, float]) -> None:
+        self.run.log(scalars, step=generation)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class MlflowTracker:
+    """An MLflow run in ``$MLFLOW_TRACKING_URI``, else a local file store ``RUN/mlruns``."""
+
+    BATCH = 500  # MLflow takes at most 1000 metrics and 100 params per call
+
+    def __init__(self, run_dir: Path, config: dict[str, Any]):
+        from mlflow.entities import Param
+        from mlflow.tracking import MlflowClient
+
+        uri = os.environ.get("MLFLOW_TRACKING_URI") or (run_dir / "mlruns").resolve().as_uri()
+        self.client = MlflowClient(tracking_uri=uri)
+        name = os.environ.get("MLFLOW_EXPERIMENT_NAME", "esjax")
+        experiment = self.client.get_experiment_by_name(name)
+        experiment_id = (
+            experiment.experiment_id if experiment else self.client.create_experiment(name)
+        )
+        self.run_id = self.client.create_run(experiment_id, run_name=run_dir.name).info.run_id
+        params = [Param(k, str(v)) for k, v in flat_config(config).items()]
+        for start in range(0, len(params), 100):
+            self.client.log_batch(self.run_id, params=params[start : start + 100])
+
+    def log(self, generation: int, scalars: dict[str, float]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = [Metric(k, v, now, generation) for k, v in scalars.items()]
+        for start in range(0, len(metrics), self.BATCH):
+            self.client.log_batch(self.run_id, metrics=metrics[start : start + self.BATCH])
+
+    def close(self) -> None:
+        self.client.set_terminated(self.run_id)
+
+
+_TRACKERS: dict[str, Callable[[Path, dict[str, Any]], Tracker]] = {
+    "tensorboard": TensorBoardTracker,
+    "wandb": WandbTracker,
+    "mlflow": MlflowTracker,
+}
+
+
+# ---------------------------------------------------------------------------- following a run
+def by_generation(rows: Iterable[dict[str, Any]]) -> list[tuple[int, dict[str, float]]]:
+    """Rows grouped into one scalar dict per generation (all seeds), in generation order."""
+    grouped: dict[int, dict[str, float]] = {}
+    for row in rows:
+        grouped.setdefault(int(row["generation"]), {}).update(scalars(row))
+    return sorted(grouped.items())
+
+
+class RunLogger:
+    """An ``on_progress`` callback that copies new ``metrics.jsonl`` rows to trackers.
+
+    Opens the trackers on the first report (when the run directory and its resolved config
+    exist). ``skip_through`` is the last generation already logged (a resumed run: the
+    generations before it were sent by the earlier process). ``then`` is called after, with
+    the same report (e.g. the CLI's progress bar). Call :meth:`close` when the run ends.
+    """
+
+    def __init__(
+        self,
+        names: Sequence[str],
+        *,
+        run_dir: str | Path | None = None,
+        skip_through: int = 0,
+        then: Callable[[dict[str, Any]], None] | None = None,
+    ):
+        self.names = check_backends(names)
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.skip_through = skip_through
+        self.then = then
+        self.trackers: list[Tracker] = []
+        self._offset = 0
+        self._opened = False
+
+    def __call__(self, progress: dict[str, Any]) -> None:
+        if self.run_dir is None and progress.get("run_dir"):
+            self.run_dir = Path(progress["run_dir"])
+        self.flush()
+        if self.then is not None:
+            self.then(progress)
+
+    def flush(self) -> None:
+        """Send every complete row appended since the last call."""
+        if self.run_dir is None or not self.names:
+            return
+        if not self._opened:
+            config = runs.read_run_config(self.run_dir)
+            self.trackers = [_TRACKERS[name](self.run_dir, config) for name in self.names]
+            self._opened = True
+        path = self.run_dir / runs.METRICS
+        if not path.is_file():
+            return
+        with path.open("rb") as file:
+            file.seek(self._offset)
+            data = file.read()
+        complete = data[: data.rfind(b"\n") + 1]  # a row still being written waits
+        self._offset += len(complete)
+        rows = [json.loads(line) for line in complete.splitlines() if line.strip()]
+        rows = [row for row in rows if int(row["generation"]) > self.skip_through]
+        for generation, values in by_generation(rows):
+            for tracker in self.trackers:
+                tracker.log(generation, values)
+
+    def close(self) -> None:
+        self.flush()
+        for tracker in self.trackers:
+            tracker.close()
+        self.trackers = []
+
+    def __enter__(self) -> RunLogger:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------------- CSV
+def metrics_csv(run_dir: str | Path) -> str:
+    """``metrics.jsonl`` as CSV: one row per generation and seed, every field a column.
+
+    Columns are the union of the rows' fields in first-seen order (evaluation columns are
+    empty in generations without an evaluation); non-finite numbers are written as ``nan``.
+    """
+    rows = runs.load_metrics(run_dir)
+    columns: list[str] = []
+    for row in rows:
+        columns += [key for key in row if key not in columns]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, restval="", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: _csv_value(v) for k, v in row.items()})
+    return buffer.getvalue()
+
+
+def _csv_value(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value

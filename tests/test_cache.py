@@ -1,0 +1,137 @@
+"""The persistent compilation cache: a program read back from disk gives the same numbers.
+
+Each run is its own process (a cache only matters across processes): a first one compiles and
+writes the cache, a second one reads it; both are compared with a run that never touches a
+cache. JAX's monitoring events say whether the second process really read from the cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from test_cli import SMALL, cli_env
+
+from esjax import cache
+
+REPO = Path(__file__).resolve().parents[1]
+
+# One tiny run in a fresh process; prints cache hits/misses and the final search mean.
+RUN_ONCE = textwrap.dedent(
+    """
+    import json, sys
+    import jax
+    import numpy as np
+    from esjax import cache
+    from esjax.evolve import evolve
+    from esjax.runs import read_policy
+
+    events = {"hits": 0, "misses": 0}
+    def count(name, **_):
+        if name == "/jax/compilation_cache/cache_hits":
+            events["hits"] += 1
+        elif name == "/jax/compilation_cache/cache_misses":
+            events["misses"] += 1
+    jax.monitoring.register_event_listener(count)
+    if sys.argv[1] != "off":
+        cache.enable_compilation_cache(sys.argv[1])
+    out = sys.argv[2]
+    evolve("pendulum", popsize=8, rollouts=1, generations=3, seeds=2, out=out,
+           overrides=["episode_length=16", "evaluation.every=1", "evaluation.episodes=4"])
+    _, flat, _ = read_policy(out, "final", 1)
+    rows = [json.loads(line) for line in open(out + "/metrics.jsonl")]
+    for row in rows:
+        row.pop("wall_s")
+    print(json.dumps({**events, "mean": np.asarray(flat).tolist(), "rows": rows}))
+    """
+)
+
+
+def run_once(cache_dir: Path | str, out: Path) -> dict:
+    env = dict(cli_env(), ESJAX_NO_CACHE="")
+    result = subprocess.run(
+        [sys.executable, "-c", RUN_ONCE, str(cache_dir), str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_a_cached_program_gives_identical_results(tmp_path):
+    cache_dir = tmp_path / "cache"
+    first = run_once(cache_dir, tmp_path / "first")
+    assert first["misses"] > 0 and first["hits"] == 0
+    assert any(cache_dir.iterdir())
+    second = run_once(cache_dir, tmp_path / "second")
+    assert second["hits"] > 0
+    assert second["misses"] == 0  # every program came from disk
+    uncached = run_once("off", tmp_path / "uncached")
+    assert uncached["hits"] == 0 and uncached["misses"] == 0
+    for run in (first, second):
+        assert run["mean"] == uncached["mean"]  # bit for bit, as JSON floats round-trip
+        assert run["rows"] == uncached["rows"]
+
+
+def test_cli_uses_the_cache_by_default_and_no_cache_turns_it_off(tmp_path):
+    env_dir = tmp_path / "xdg"
+    base = ("evolve", "pendulum", *SMALL, "--generations", "1")
+    env = dict(cli_env(), XDG_CACHE_HOME=str(env_dir), ESJAX_NO_CACHE="")
+    env.pop(cache.ENV_DIR, None)
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "esjax.cli", *args]
+        return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+
+    off = run("--no-cache", *base, "--out", "off")
+    assert off.returncode == 0, off.stderr
+    assert not (env_dir / "esjax").exists()
+    on = run(*base, "--out", "on")
+    assert on.returncode == 0, on.stderr
+    assert any((env_dir / "esjax" / "xla").iterdir())
+
+
+def test_an_unwritable_cache_is_a_warning_not_a_failure(tmp_path):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the cache directory should be")
+    env = dict(cli_env(), ESJAX_CACHE_DIR=str(blocker / "xla"), ESJAX_NO_CACHE="")
+    command = [sys.executable, "-m", "esjax.cli", "evolve", "pendulum", *SMALL]
+    result = subprocess.run(
+        [*command, "--generations", "1", "--out", str(tmp_path / "run")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "compilation cache" in result.stderr and "running without it" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert (tmp_path / "run" / "summary.json").is_file()
+
+
+def test_prune_keeps_the_newest_entries_under_the_cap(tmp_path):
+    for i in range(5):
+        path = tmp_path / f"entry-{i}"
+        path.write_bytes(b"x" * 100)
+        os.utime(path, (1000 + i, 1000 + i))
+    removed = cache.prune(tmp_path, 250)
+    assert removed == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["entry-3", "entry-4"]
+    assert cache.prune(tmp_path, 250) == 0
+
+
+def test_cache_dir_follows_xdg_and_the_override(monkeypatch, tmp_path):
+    monkeypatch.delenv(cache.ENV_DIR, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache.default_cache_dir() == tmp_path / "esjax" / "xla"
+    monkeypatch.setenv(cache.ENV_DIR, str(tmp_path / "elsewhere"))
+    assert cache.default_cache_dir() == tmp_path / "elsewhere"
+    for value, disabled in (("", False), ("0", False), ("1", True), ("yes", True)):
+        monkeypatch.setenv(cache.ENV_DISABLE, value)
+        assert cache.disabled_by_env() is disabled
