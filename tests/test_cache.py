@@ -67,7 +67,9 @@ def run_once(cache_dir: Path | str, out: Path) -> dict:
 def test_a_cached_program_gives_identical_results(tmp_path):
     cache_dir = tmp_path / "cache"
     first = run_once(cache_dir, tmp_path / "first")
-    assert first["misses"] > 0 and first["hits"] == 0
+    # The first process compiles (misses) and writes the cache; it may also hit entries it wrote
+    # itself, when one program is compiled twice in a process (eager ops of the same shape).
+    assert first["misses"] > 0
     assert any(cache_dir.iterdir())
     second = run_once(cache_dir, tmp_path / "second")
     assert second["hits"] > 0
