@@ -259,6 +259,23 @@ def _tracking(backends: list[str] | None, report: Any, resumed: Path | None):
         yield logger
 
 
+# Options that `evolve` and `sweep` share, declared once.
+StrategyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--strategy",
+        "-s",
+        help="Strategy preset or any evosax algorithm (see `esjax list`); default: the task's.",
+    ),
+]
+PopsizeOption = Annotated[
+    int | None, typer.Option("--popsize", "-p", help="Members per generation.")
+]
+RolloutsOption = Annotated[
+    int | None, typer.Option("--rollouts", "-r", help="Episodes per member per generation.")
+]
+
+
 # ---------------------------------------------------------------------------- commands
 @app.command(
     epilog=_example(
@@ -278,24 +295,12 @@ def evolve(
             show_default=False,
         ),
     ] = None,
-    strategy: Annotated[
-        str | None,
-        typer.Option(
-            "--strategy",
-            "-s",
-            help="Strategy preset or any evosax algorithm (see `esjax list`); default: the task's.",
-        ),
-    ] = None,
-    popsize: Annotated[
-        int | None, typer.Option("--popsize", "-p", help="Members per generation.")
-    ] = None,
+    strategy: StrategyOption = None,
+    popsize: PopsizeOption = None,
     generations: Annotated[
         int | None, typer.Option("--generations", "-g", help="Generations to run.")
     ] = None,
-    rollouts: Annotated[
-        int | None,
-        typer.Option("--rollouts", "-r", help="Episodes per member per generation."),
-    ] = None,
+    rollouts: RolloutsOption = None,
     seed: Annotated[int, typer.Option(help="Random seed (the first one with --seeds).")] = 0,
     seeds: Annotated[
         int, typer.Option(min=1, help="Independent seeds run side by side (vmapped).")
@@ -843,19 +848,12 @@ def sweep(
         int, typer.Option(min=1, help="Seeds per configuration, run side by side (vmapped).")
     ] = 1,
     seed: Annotated[int, typer.Option(min=0, help="First seed of every configuration.")] = 0,
-    strategy: Annotated[
-        str | None, typer.Option("--strategy", "-s", help="Strategy preset; default: the task's.")
-    ] = None,
-    popsize: Annotated[
-        int | None, typer.Option("--popsize", "-p", help="Members per generation.")
-    ] = None,
+    strategy: StrategyOption = None,
+    popsize: PopsizeOption = None,
     generations: Annotated[
         int | None, typer.Option("--generations", "-g", help="Generations per configuration.")
     ] = None,
-    rollouts: Annotated[
-        int | None,
-        typer.Option("--rollouts", "-r", help="Episodes per member per generation."),
-    ] = None,
+    rollouts: RolloutsOption = None,
     set_: Annotated[
         list[str] | None,
         typer.Option("--set", metavar="KEY=VALUE", help="Override a task field in every run."),
