@@ -286,9 +286,13 @@ class PopulationRollout:
         return self.env_params_sampler(key, self.env_params)
 
     def auto_chunk_size(self, popsize: int, params: PyTree) -> int:
-        """Members per chunk so that a chunk's weights fit in cache; whole population if small."""
+        """Members per chunk: cache-sized on CPU; the whole population if small or on an accelerator."""
         if self.chunk_size is not None:
             return max(1, min(int(self.chunk_size), popsize))
+        if self.devices[0].platform != "cpu":
+            # A GPU hides memory latency with thousands of members in flight; chunking it
+            # serialises the population (measured 25x slower on one GPU at 2048 members).
+            return int(popsize)
         leaves = jax.tree.leaves(params)
         member_bytes = sum(leaf[0].size * leaf.dtype.itemsize for leaf in leaves) or 1
         # A power of two divides the usual popsizes, so no ragged last chunk is compiled.

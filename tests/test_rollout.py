@@ -607,3 +607,20 @@ def test_unknown_meta_input_rejected(spec):
 def test_unknown_activation_rejected():
     with pytest.raises(ValueError, match="unknown activation 'sigmoidal'"):
         esjax.PopulationRollout("CartPole-v1", MLP((4,), activation="sigmoidal"), 5)
+
+
+class _AcceleratorStub:
+    platform = "gpu"
+
+
+def test_chunks_population_to_cache_on_cpu_only():
+    """On CPU a large population is cut into cache-sized chunks; on an accelerator it is not."""
+    policy = MLP((256, 256))
+    cpu = esjax.PopulationRollout("Pendulum-v1", policy, 10)
+    params = jax.vmap(cpu.init_params)(jax.random.split(jax.random.key(0), 4))
+    pop = jax.tree.map(lambda x: jnp.broadcast_to(x[:1], (4096, *x.shape[1:])), params)
+    assert cpu.auto_chunk_size(4096, pop) < 4096
+    gpu = esjax.PopulationRollout("Pendulum-v1", policy, 10, devices=[_AcceleratorStub()])
+    assert gpu.auto_chunk_size(4096, pop) == 4096
+    pinned = esjax.PopulationRollout("Pendulum-v1", policy, 10, chunk_size=64)
+    assert pinned.auto_chunk_size(4096, pop) == 64
