@@ -286,7 +286,7 @@ class PopulationRollout:
         return self.env_params_sampler(key, self.env_params)
 
     def auto_chunk_size(self, popsize: int, params: PyTree) -> int:
-        """Members per chunk: cache-sized on CPU; the whole population if small or on an accelerator."""
+        """Members per chunk: cache-sized on CPU; the whole population if small or on a GPU."""
         if self.chunk_size is not None:
             return max(1, min(int(self.chunk_size), popsize))
         if self.devices[0].platform != "cpu":
