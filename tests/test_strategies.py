@@ -99,6 +99,7 @@ def test_popsize_rules():
     with pytest.raises(ConfigError, match="must be even"):
         resolve_popsize(spec, 100, 7)
     cma = load_strategy("cma_es")
+    cma = dataclasses.replace(cma, settings={**cma.settings, "popsize": "auto"})
     assert resolve_popsize(cma, 1000, None) == 4 + int(3 * np.log(1000)) + (
         (4 + int(3 * np.log(1000))) % 2
     )
