@@ -33,6 +33,7 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from esjax import noise
 from esjax.fitness import (
     return_stats,
     to_fitness,
@@ -195,6 +196,8 @@ def make_engine(
     groups = int(strategy.spec.settings.get("env_groups", 1))
     mesh = Mesh(np.array(rollout.devices), ("population",))
     pairs = mirrored(strategy.spec)
+    # Mirrored OpenES skips the population matrix: members are built inside rollout chunks.
+    path = noise.population_path(strategy, unravel)
 
     def member_keys(key: jax.Array) -> jax.Array:
         """The rollout key, or with ``env_groups`` every member's keys from its group's key.
@@ -244,14 +247,14 @@ def make_engine(
 
     def generation(state: RunState) -> tuple[RunState, dict[str, jax.Array]]:
         next_key, k_ask, k_rollout, k_tell = generation_keys(state.key)
-        population, sstate = strategy.ask(k_ask, state.strategy)
+        population, sstate = path.ask(k_ask, state.strategy)
         # Every device draws the whole population from the shared key, so parameters never
         # cross devices (left free, XLA would shard the draw and all-gather it for tell).
         population = jax.lax.with_sharding_constraint(population, NamedSharding(mesh, P()))
         obs_stats = norm_stats(state.norm) if normalize_obs else None
-        summary = population_summary(k_rollout, jax.vmap(unravel)(population), obs_stats)
+        summary = population_summary(k_rollout, path.params(population), obs_stats)
         returns = summary.returns  # replicated: everything below runs on every device
-        sstate = strategy.tell(k_tell, population, to_fitness(returns), sstate)
+        sstate = path.tell(k_tell, population, to_fitness(returns), sstate)
         norm = norm_update(state.norm, summary) if normalize_obs else state.norm
         best = jnp.argmax(jnp.where(jnp.isfinite(returns), returns, -jnp.inf))
         metrics = return_stats(returns)
@@ -262,7 +265,7 @@ def make_engine(
             key=next_key,
             eval_key=state.eval_key,
             generation=state.generation + 1,
-            gen_best=population[best],
+            gen_best=path.row(population, best),
         )
         return _strong(new_state), metrics
 
@@ -355,23 +358,22 @@ def phase_functions(engine: Engine) -> dict[str, Callable]:
     as in the loop) and ``tell(key, population, returns, sstate)`` are its parts compiled on
     their own.
     """
-    strategy = engine.strategy
+    path = noise.population_path(engine.strategy, engine.unravel)
 
     def generation(key, sstate):
         k_ask, k_rollout, k_tell = jax.random.split(key, 3)
-        population, sstate = strategy.ask(k_ask, sstate)
+        population, sstate = path.ask(k_ask, sstate)
         returns = rollout(k_rollout, population)
-        return strategy.tell(k_tell, population, to_fitness(returns), sstate)
+        return tell(k_tell, population, returns, sstate)
 
     def ask(key, sstate):
-        return strategy.ask(key, sstate)[0]
+        return path.ask(key, sstate)[0]
 
     def rollout(key, population):
-        params = jax.vmap(engine.unravel)(population)
-        return engine.population_summary(key, params, None).returns
+        return engine.population_summary(key, path.params(population), None).returns
 
     def tell(key, population, returns, sstate):
-        return strategy.tell(key, population, to_fitness(returns), sstate)
+        return path.tell(key, population, to_fitness(returns), sstate)
 
     return {
         "generation": jax.jit(generation),

@@ -14,6 +14,7 @@ members, and only one return per member crosses devices.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +27,7 @@ from jax.sharding import PartitionSpec as P
 
 from esjax.config import ConfigError, suggest
 from esjax.fitness import member_returns
+from esjax.noise import LazyPopulation
 from esjax.policies import CNN, LSTM, MLP, Policy
 
 PyTree = Any
@@ -286,7 +288,10 @@ class PopulationRollout:
         return self.env_params_sampler(key, self.env_params)
 
     def auto_chunk_size(self, popsize: int, params: PyTree) -> int:
-        """Members per chunk: cache-sized on CPU; the whole population if small or on a GPU."""
+        """Members per chunk: cache-sized on CPU; the whole population if small or on a GPU.
+
+        ``params`` has a leading member axis (arrays or shape structs: only shapes are read).
+        """
         if self.chunk_size is not None:
             return max(1, min(int(self.chunk_size), popsize))
         if self.devices[0].platform != "cpu":
@@ -294,7 +299,7 @@ class PopulationRollout:
             # serialises the population (measured 25x slower on one GPU at 2048 members).
             return int(popsize)
         leaves = jax.tree.leaves(params)
-        member_bytes = sum(leaf[0].size * leaf.dtype.itemsize for leaf in leaves) or 1
+        member_bytes = sum(math.prod(leaf.shape[1:]) * leaf.dtype.itemsize for leaf in leaves) or 1
         # A power of two divides the usual popsizes, so no ragged last chunk is compiled.
         chunk = 1 << max(3, (CHUNK_PARAM_BYTES // member_bytes).bit_length() - 1)
         return int(min(popsize, chunk))
@@ -396,7 +401,7 @@ class PopulationRollout:
         return key
 
     def _population_impl(self, key, pop_params, obs_stats, num_rollouts, trajectory=False):
-        popsize = jax.tree.leaves(pop_params)[0].shape[0]
+        popsize = _popsize(pop_params)
         keys = self._keys(key, popsize, num_rollouts)
 
         def local(keys, params, obs_stats, valid, axis):
@@ -406,7 +411,7 @@ class PopulationRollout:
         return jax.tree.map(lambda x: x[:popsize], result)
 
     def _summary_impl(self, key, pop_params, obs_stats, num_rollouts):
-        popsize = jax.tree.leaves(pop_params)[0].shape[0]
+        popsize = _popsize(pop_params)
         keys = self._keys(key, popsize, num_rollouts)
 
         def local(keys, params, obs_stats, valid, axis):
@@ -434,7 +439,7 @@ class PopulationRollout:
         that does not divide is padded with copies of the last member. On a CPU host a device
         is a core.
         """
-        popsize = jax.tree.leaves(pop_params)[0].shape[0]
+        popsize = _popsize(pop_params)
         num_devices = len(self.devices)
         if num_devices == 1 or popsize < num_devices:
             return local(keys, pop_params, obs_stats, jnp.ones(popsize, bool), None)
@@ -446,7 +451,7 @@ class PopulationRollout:
             # picks its own rows, so nothing is sent; padding repeats the last member.
             index = jax.lax.axis_index(_POP_AXIS) * per_device + jnp.arange(per_device)
             rows = jnp.minimum(index, popsize - 1)
-            params = jax.tree.map(lambda x: x[rows], params)
+            params = _take(params, rows)
             return local(
                 keys if shared else keys[rows], params, obs_stats, index < popsize, _POP_AXIS
             )
@@ -460,26 +465,50 @@ class PopulationRollout:
         )(keys, pop_params, obs_stats)
 
     def _population_local(self, keys, pop_params, obs_stats, trajectory):
-        popsize = jax.tree.leaves(pop_params)[0].shape[0]
-        chunk = self.auto_chunk_size(popsize, pop_params)
+        popsize = _popsize(pop_params)
+        if isinstance(pop_params, LazyPopulation):
+            # Members are ids; each chunk builds its own members' parameters, so the
+            # population never exists as a whole.
+            lazy, ids = pop_params, pop_params.index
+            decode = lazy.member
+            shapes = jax.eval_shape(jax.vmap(decode), ids[:1])
+        else:
+            ids, shapes = pop_params, pop_params
+
+            def decode(params):
+                return params
+
+        chunk = self.auto_chunk_size(popsize, shapes)
 
         if keys.ndim == 1:  # every member runs the same episode keys
 
-            def member(params):
-                return self._over_keys(keys, params, obs_stats, trajectory)
+            def member(ident):
+                return self._over_keys(keys, decode(ident), obs_stats, trajectory)
 
-            xs = pop_params
+            xs = ids
         else:
 
             def member(args):
-                params, member_keys = args
-                return self._over_keys(member_keys, params, obs_stats, trajectory)
+                ident, member_keys = args
+                return self._over_keys(member_keys, decode(ident), obs_stats, trajectory)
 
-            xs = (pop_params, keys)
+            xs = (ids, keys)
 
         if chunk >= popsize:
             return jax.vmap(member)(xs)
         return jax.lax.map(member, xs, batch_size=chunk)
+
+
+def _popsize(pop_params: PyTree) -> int:
+    if isinstance(pop_params, LazyPopulation):
+        return pop_params.popsize
+    return jax.tree.leaves(pop_params)[0].shape[0]
+
+
+def _take(pop_params: PyTree, rows: jax.Array) -> PyTree:
+    if isinstance(pop_params, LazyPopulation):
+        return pop_params.take(rows)
+    return jax.tree.map(lambda x: x[rows], pop_params)
 
 
 def _check_positive(name: str, value: int) -> None:

@@ -341,9 +341,7 @@ class Strategy:
         The draw may use a cheaper PRNG than the run's threefry keys: the key is turned into
         one of ``noise_prng``'s kind, deterministically, so resume and seed-vmapping still agree.
         """
-        impl = self.spec.settings["noise_prng"]
-        if impl != "threefry":
-            key = jax.random.wrap_key_data(jax.random.bits(key, (4,), jnp.uint32), impl=impl)
+        key = self.noise_key(key)
         if not self.population_based:
             return self.es.ask(key, state, self.params)
         population, inner = jax.lax.cond(
@@ -352,6 +350,13 @@ class Strategy:
             lambda: (state.algorithm.population, state.algorithm),
         )
         return population, state.replace(algorithm=inner)
+
+    def noise_key(self, key: jax.Array) -> jax.Array:
+        """The ask key as one of ``noise_prng``'s kind (itself for threefry)."""
+        impl = self.spec.settings["noise_prng"]
+        if impl == "threefry":
+            return key
+        return jax.random.wrap_key_data(jax.random.bits(key, (4,), jnp.uint32), impl=impl)
 
     def tell(self, key: jax.Array, population: jax.Array, fitness: jax.Array, state: Any) -> Any:
         if not self.population_based:

@@ -1,0 +1,96 @@
+"""The lazy mirrored-OpenES population against evosax's own ask and tell on the same keys."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+
+import esjax
+from esjax import noise
+from esjax.fitness import to_fitness
+from esjax.policies import MLP
+from esjax.strategies import build_strategy, load_strategy
+
+NUM_DIMS = 7
+
+
+def open_es(**settings):
+    spec = load_strategy("open_es", {"popsize": 8, "env_groups": 2, **settings})
+    return build_strategy(spec, num_dims=NUM_DIMS)
+
+
+def started(strategy):
+    state = strategy.init(jax.random.key(0), jnp.linspace(-1.0, 1.0, NUM_DIMS))
+    return state.replace(std=jnp.asarray(0.3, jnp.float32))
+
+
+def materialised(lazy):
+    return jax.vmap(lazy.flat)(lazy.index)
+
+
+def test_population_is_evosax_ask():
+    strategy = open_es()
+    state = started(strategy)
+    key = jax.random.key(3)
+    lazy = noise.ask(strategy, key, state, lambda flat: flat)
+    expected, _ = strategy.es.ask(key, state, strategy.params)
+    # Same draw; only the rounding of ``mean + std * z`` may differ (XLA may fuse it into one
+    # multiply-add in one program and not in the other).
+    np.testing.assert_allclose(materialised(lazy), expected, rtol=1e-6, atol=1e-7)
+    # Rows taken for a device keep their members' parameters.
+    rows = jnp.array([6, 1, 4])
+    np.testing.assert_array_equal(materialised(lazy.take(rows)), materialised(lazy)[rows])
+
+
+def test_tell_equals_evosax_tell_on_the_same_population():
+    strategy = open_es()
+    state = started(strategy)
+    lazy = noise.ask(strategy, jax.random.key(3), state, lambda flat: flat)
+    population = materialised(lazy)
+    fitness = to_fitness(jax.random.normal(jax.random.key(4), (8,)))
+    key = jax.random.key(5)
+    ours = noise.tell(strategy, key, lazy, fitness, state)
+    theirs, _ = strategy.es.tell(key, population, fitness, state, strategy.params)
+    # Two generations: the second tell also sees the first one's best-so-far and Adam moments.
+    lazy2 = noise.ask(strategy, jax.random.key(6), ours, lambda flat: flat)
+    ours = noise.tell(strategy, key, lazy2, fitness[::-1], ours)
+    theirs, _ = strategy.es.tell(key, materialised(lazy2), fitness[::-1], theirs, strategy.params)
+    for got, want in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(ours.best_fitness, theirs.best_fitness)
+    np.testing.assert_array_equal(ours.generation_counter, theirs.generation_counter)
+
+
+@pytest.mark.parametrize(
+    ("name", "settings", "expected"),
+    [
+        ("open_es", {}, True),
+        ("open_es", {"antithetic": False}, False),
+        ("open_es", {"l2_penalty": 0.1}, False),
+        ("snes", {}, False),
+    ],
+)
+def test_applies_only_where_the_shortcut_is_exact(name, settings, expected):
+    spec = load_strategy(name, {"popsize": 8, **settings})
+    assert noise.applies(build_strategy(spec, num_dims=NUM_DIMS)) is expected
+
+
+def test_rollout_of_lazy_members_equals_rollout_of_their_parameters():
+    ro = esjax.PopulationRollout("Pendulum-v1", MLP((4,)), 12, chunk_size=3)
+    flat, unravel = ravel_pytree(ro.init_params(jax.random.key(0)))
+    spec = load_strategy("open_es", {"popsize": 8})
+    strategy = build_strategy(spec, num_dims=flat.size)
+    state = strategy.init(jax.random.key(1), flat).replace(std=jnp.asarray(0.2, jnp.float32))
+    lazy = noise.ask(strategy, jax.random.key(2), state, unravel)
+    params = jax.vmap(unravel)(materialised(lazy))
+    key = jax.random.key(7)
+    # Up to the rounding of the members' multiply-add (see the ask test).
+    np.testing.assert_allclose(
+        ro.summary(key, lazy, 2).returns, ro.summary(key, params, 2).returns, rtol=1e-5
+    )
+    np.testing.assert_allclose(
+        ro.population(key, lazy, 2).returns, ro.population(key, params, 2).returns, rtol=1e-5
+    )
