@@ -905,7 +905,9 @@ def sweep(
         reports.append(report.__enter__())
 
     def progress(row: dict[str, Any]) -> None:
-        reports[-1](row)
+        # A program runs several configurations; the bar follows the first one.
+        if Path(row["run_dir"]).name == reports[-1].label:
+            reports[-1](row)
 
     try:
         record = run_sweep(

@@ -21,6 +21,7 @@ a batch of one. Nothing in this module prints or writes files.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -46,7 +47,7 @@ from esjax.rollout import (
     RolloutResult,
     obs_moments,
 )
-from esjax.strategies import Strategy, mirrored
+from esjax.strategies import Strategy, mirrored, traced_settings, with_settings
 
 PyTree = Any
 # Smallest std used to normalise an observation dimension; a constant input stays finite.
@@ -119,13 +120,17 @@ class RunState:
     eval_key: jax.Array
     generation: jax.Array
     gen_best: jax.Array  # flat parameters of the last generation's best member
+    # The strategy's float settings (learning rate, std, decays, ...) as arrays, so that runs
+    # differing only in them are one vmapped program (a sweep); see :attr:`Engine.hyper`.
+    hyper: dict[str, jax.Array] = struct.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Engine:
     """A task's rollouts and a strategy bound into jitted ``init``, ``run_block`` and ``evaluate``.
 
-    * ``init(seeds) -> RunState`` with a leading seed axis.
+    * ``init(seeds, hyper=None) -> RunState`` with a leading seed axis; ``hyper`` maps each
+      name in :attr:`hyper` to one value per seed (default: the strategy's own settings).
     * ``run_block(state, n) -> (state, metrics)`` runs the first ``n`` of ``block`` generations;
       ``metrics`` leaves have shape ``(block, seeds)`` and rows ``>= n`` are padding.
     * ``evaluate(state) -> dict`` test returns of the search mean and of the last generation's
@@ -137,6 +142,7 @@ class Engine:
     strategy: Strategy
     unravel: Callable[[jax.Array], PyTree]
     num_dims: int
+    hyper_names: tuple[str, ...]
     rollouts: int
     block: int
     eval_episodes: int
@@ -144,13 +150,33 @@ class Engine:
     sharding: Any
     population_rollout: Callable
     population_summary: Callable
-    init: Callable[[jax.Array], RunState]
+    init_batch: Callable[[jax.Array, dict[str, jax.Array]], RunState]
     run_block: Callable[[RunState, jax.Array], tuple[RunState, dict[str, jax.Array]]]
     evaluate: Callable[[RunState], dict[str, jax.Array]]
 
     @property
     def popsize(self) -> int:
         return self.strategy.popsize
+
+    @property
+    def hyper(self) -> dict[str, float]:
+        """The settings that are arrays in the compiled program, with this engine's values."""
+        return {name: self.strategy.spec.settings[name] for name in self.hyper_names}
+
+    def init(self, seeds: jax.Array, hyper: dict[str, Any] | None = None) -> RunState:
+        seeds = jnp.asarray(seeds)
+        values = self.hyper if hyper is None else hyper
+        batch = {
+            name: jnp.broadcast_to(jnp.asarray(values[name], jnp.float32), seeds.shape)
+            for name in self.hyper_names
+        }
+        return self.init_batch(seeds, batch)
+
+    def with_values(self, values: dict[str, float]) -> Engine:
+        """This engine (the same compiled programs) with other values of :attr:`hyper`."""
+        spec = self.strategy.spec
+        spec = dataclasses.replace(spec, settings={**spec.settings, **values})
+        return dataclasses.replace(self, strategy=dataclasses.replace(self.strategy, spec=spec))
 
     def place(self, tree: PyTree) -> PyTree:
         """Arrays placed as the compiled functions expect them (replicated on the devices)."""
@@ -187,12 +213,13 @@ def make_engine(
     """Bind rollouts and a strategy (built by ``strategy_fn(num_dims)``, once) into an engine."""
     template, unravel = flat_template(rollout, jax.random.key(0))
     num_dims = int(template.size)
-    strategy = strategy_fn(num_dims)
+    strategy = strategy_built = strategy_fn(num_dims)
     block = int(block)
     if block <= 0:
         raise ValueError(f"block must be positive, got {block}")
 
     popsize = strategy.popsize
+    hyper_names = traced_settings(strategy)
     groups = int(strategy.spec.settings.get("env_groups", 1))
     mesh = Mesh(np.array(rollout.devices), ("population",))
     pairs = mirrored(strategy.spec)
@@ -229,23 +256,25 @@ def make_engine(
         """
         return rollout.summary(member_keys(key), params, rollouts, obs_stats)
 
-    def init_one(seed: jax.Array) -> RunState:
+    def init_one(seed: jax.Array, hyper: dict[str, jax.Array]) -> RunState:
         keys = seed_keys(seed)
         policy_init, _ = ravel_pytree(rollout.init_params(keys["init"]))
         mean = strategy.initial_mean(policy_init.astype(jnp.float32))
         k_strategy, train = jax.random.split(keys["train"])
         return _strong(
             RunState(
-                strategy=strategy.init(k_strategy, mean),
+                strategy=with_settings(strategy, hyper).init(k_strategy, mean),
                 norm=norm_init(rollout.obs_size),
                 key=jax.random.key_data(train),
                 eval_key=jax.random.key_data(keys["evaluation"]),
                 generation=jnp.zeros((), jnp.int32),
                 gen_best=mean,
+                hyper=hyper,
             )
         )
 
     def generation(state: RunState) -> tuple[RunState, dict[str, jax.Array]]:
+        path = noise.population_path(with_settings(strategy_built, state.hyper), unravel)
         next_key, k_ask, k_rollout, k_tell = generation_keys(state.key)
         population, sstate = path.ask(k_ask, state.strategy)
         # Every device draws the whole population from the shared key, so parameters never
@@ -266,6 +295,7 @@ def make_engine(
             eval_key=state.eval_key,
             generation=state.generation + 1,
             gen_best=path.row(population, best),
+            hyper=state.hyper,
         )
         return _strong(new_state), metrics
 
@@ -306,6 +336,7 @@ def make_engine(
         strategy=strategy,
         unravel=unravel,
         num_dims=num_dims,
+        hyper_names=hyper_names,
         rollouts=int(rollouts),
         block=block,
         eval_episodes=int(eval_episodes),
@@ -313,7 +344,7 @@ def make_engine(
         sharding=replicated,
         population_rollout=population_rollout,
         population_summary=population_summary,
-        init=jax.jit(jax.vmap(init_one), out_shardings=replicated),
+        init_batch=jax.jit(jax.vmap(init_one), out_shardings=replicated),
         run_block=jax.jit(run_block, out_shardings=replicated),
         evaluate=jax.jit(jax.vmap(evaluate_one)),
     )
@@ -339,6 +370,11 @@ def from_host(template: RunState, leaves: list[np.ndarray]) -> RunState:
     """A state shaped like ``template`` from :func:`to_host` leaves (same shapes and dtypes)."""
     expected = jax.tree.leaves(template)
     treedef = jax.tree.structure(template)
+    missing = len(jax.tree.leaves(template.hyper))
+    if missing and len(leaves) == len(expected) - missing:
+        # A checkpoint from before settings were state: its values are the config's own, which
+        # is what ``template`` holds (the hyper leaves come last).
+        leaves = [*leaves, *(np.asarray(x) for x in expected[-missing:])]
     if len(leaves) != len(expected):
         raise ValueError(f"checkpoint holds {len(leaves)} arrays, this run needs {len(expected)}")
     for i, (got, want) in enumerate(zip(leaves, expected, strict=True)):

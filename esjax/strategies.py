@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -244,10 +244,21 @@ def mirrored(spec: StrategySpec) -> bool:
     return algorithms.is_mirrored(spec.algorithm, spec.settings)
 
 
-def _decaying(value: float, decay: float, floor: float) -> optax.Schedule:
-    if decay == 1.0:
-        return optax.constant_schedule(value)
-    return optax.exponential_decay(value, 1, decay, end_value=floor)
+def _decaying(value: Any, decay: Any, floor: Any) -> optax.Schedule:
+    """``value * decay ** count`` held at ``floor``; constant for a decay of 1 (or 0).
+
+    optax's exponential decay with one transition step, written so that any of the three may
+    be a traced array (a sweep vmaps them): the branches optax takes in Python are ``where``s.
+    """
+
+    def schedule(count: jax.Array) -> jax.Array:
+        p = count / 1
+        decayed = jnp.where(count <= 0, value, value * jnp.power(decay, p))
+        clipped = jnp.where(decay < 1.0, jnp.maximum(decayed, floor), jnp.minimum(decayed, floor))
+        constant = (decay == 1.0) | (decay == 0.0)
+        return jnp.where(constant, jnp.asarray(value, clipped.dtype), clipped)
+
+    return schedule
 
 
 def make_optimizer(settings: Mapping[str, Any]) -> optax.GradientTransformation:
@@ -424,6 +435,53 @@ def build_strategy(spec: StrategySpec, num_dims: int, popsize: int | None = None
     }
     params = defaults.replace(**replace)
     return Strategy(spec, es, params, n, num_dims, found.population_based)
+
+
+def with_settings(strategy: Strategy, values: Mapping[str, Any]) -> Strategy:
+    """``strategy`` rebuilt with some settings replaced (by traced arrays, inside a trace)."""
+    if not values:
+        return strategy
+    spec = dataclasses.replace(strategy.spec, settings={**strategy.spec.settings, **values})
+    return build_strategy(spec, strategy.num_dims, strategy.popsize)
+
+
+def traced_settings(strategy: Strategy) -> tuple[str, ...]:
+    """The float settings that can be arrays inside the compiled generation, by trying it.
+
+    A candidate is every setting whose value is a float. It is traced if building the strategy
+    with it as an array and tracing ``init``, ``ask`` and ``tell`` works: a setting that
+    decides structure (a Python branch, a shape, a constructor check) cannot be traced, so it
+    stays a constant and configurations that differ in it compile separately.
+    """
+    candidates = sorted(
+        name
+        for name, value in strategy.spec.settings.items()
+        if isinstance(value, float) and name != "popsize"
+    )
+
+    def works(names: Sequence[str]) -> bool:
+        def step(values):
+            built = with_settings(strategy, values)
+            key = jax.random.key(0)
+            mean = jnp.zeros((strategy.num_dims,), jnp.float32)
+            state = built.init(key, mean)
+            population, state = built.ask(key, state)
+            fitness = jnp.zeros((strategy.popsize,), jnp.float32)
+            return built.tell(key, population, fitness, state)
+
+        values = {n: jnp.float32(strategy.spec.settings[n]) for n in names}
+        try:
+            jax.eval_shape(step, values)
+        except Exception:  # a concretization, a bool of a tracer, a failed evosax assert, ...
+            return False
+        return True
+
+    if works(candidates):
+        return tuple(candidates)
+    found = [name for name in candidates if works([name])]
+    while found and not works(found):  # two that trace alone but not together: keep fewer
+        found.pop()
+    return tuple(found)
 
 
 def strategy_cost_hint(

@@ -17,6 +17,7 @@ import json
 import math
 import re
 import shutil
+import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +26,12 @@ from typing import Any
 import numpy as np
 
 from esjax import runs
-from esjax.config import ConfigError, parse_override
+from esjax.config import ConfigError, parse_override, parse_task
 from esjax.evolve import Interrupted
 
 SWEEP = "sweep.json"
+# Seconds between checkpoints of a running program (every configuration's, together).
+CHECKPOINT_EVERY_S = 30.0
 FIGURE = "sweep.png"
 CURVES = "sweep-curves.png"
 
@@ -134,9 +137,9 @@ def sweep(
     called with ``(configuration, index, count)`` before each one runs; ``log`` names trackers.
     With ``resume=True`` the sweep in ``out`` continues from its own ``sweep.json``.
     """
-    from esjax.evolve import evolve, resolve_config
+    from esjax.evolve import resolve_config
     from esjax.plotting import plot_runs
-    from esjax.trackers import RunLogger, check_backends
+    from esjax.trackers import check_backends
 
     check_backends(log)
     if resume:
@@ -164,7 +167,8 @@ def sweep(
         raise ConfigError("missing TASK: a preset name (see `esjax list`) or a TOML file")
     grid = configurations(spec["vary"])
     shared = {k: spec[k] for k in ("strategy", "popsize", "generations", "rollouts")}
-    for configuration in grid:  # every configuration is valid before anything compiles
+    # Every configuration is valid before anything compiles.
+    resolved = [
         resolve_config(
             spec["task"],
             **shared,
@@ -172,46 +176,62 @@ def sweep(
             seeds=spec["seeds"],
             overrides=[*spec["overrides"], *configuration.overrides],
         )
+        for configuration in grid
+    ]
     sweep_dir = Path(out) if out is not None else _default_dir(spec["task"])
     if not resume:
-        _prepare(sweep_dir, overwrite)
-        runs.write_json(sweep_dir / SWEEP, {"spec": spec, "configurations": []})
-
-    for index, configuration in enumerate(grid):
-        run_dir = sweep_dir / configuration.name
-        if (run_dir / runs.SUMMARY).is_file():
-            continue  # finished earlier
-        if on_configuration is not None:
-            on_configuration(configuration, index, len(grid))
-        partial = (run_dir / runs.CHECKPOINT).is_file()
-        done = (
-            max((int(r["generation"]) for r in runs.load_metrics(run_dir)), default=0)
-            if partial
-            else 0
-        )
-        try:
-            with RunLogger(log, run_dir=run_dir, skip_through=done, then=on_progress) as logger:
-                if partial:
-                    evolve(None, out=run_dir, resume=True, on_progress=logger)
-                else:
-                    evolve(
-                        spec["task"],
-                        **shared,
-                        seed=spec["seed"],
-                        seeds=spec["seeds"],
-                        overrides=[*spec["overrides"], *configuration.overrides],
-                        out=run_dir,
-                        overwrite=run_dir.exists(),  # a directory left before its checkpoint
-                        on_progress=logger,
-                    )
-        except Interrupted as stop:
-            raise SweepInterrupted(sweep_dir, stop.generation) from None
-        plot_runs([run_dir], run_dir / "fitness.png")  # as `esjax evolve` leaves it
-
-    record = summarize(sweep_dir, grid, spec)
-    runs.write_json(sweep_dir / SWEEP, record)
-    plot_sweep(sweep_dir, record)
+        if sweep_dir.exists() and not sweep_dir.is_dir():
+            raise ConfigError(f"{sweep_dir} exists and is not a directory")
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+    lock = _lock(sweep_dir)
+    try:
+        if not resume:
+            _prepare(sweep_dir, overwrite)
+            runs.write_json(sweep_dir / SWEEP, {"spec": spec, "configurations": []})
+        for members, engine in programs(grid, resolved):
+            pending = [
+                i for i in members if not (sweep_dir / grid[i].name / runs.SUMMARY).is_file()
+            ]
+            if not pending:
+                continue  # finished earlier
+            if on_configuration is not None:
+                on_configuration(_label(grid, pending), pending[0], len(grid))
+            run_program(
+                engine,
+                [(sweep_dir / grid[i].name, resolved[i]) for i in pending],
+                sweep_dir=sweep_dir,
+                log=log,
+                on_progress=on_progress,
+            )
+            for i in pending:
+                plot_runs([sweep_dir / grid[i].name], sweep_dir / grid[i].name / "fitness.png")
+        record = summarize(sweep_dir, grid, spec)
+        runs.write_json(sweep_dir / SWEEP, record)
+        plot_sweep(sweep_dir, record)
+    finally:
+        lock.release()
     return record
+
+
+def _label(grid: Sequence[Configuration], members: Sequence[int]) -> Configuration:
+    """What ``on_configuration`` is told about a program: its configurations' overrides."""
+    first = grid[members[0]]
+    overrides = tuple("; ".join(grid[i].overrides) for i in members)
+    values = {k: [grid[i].values[k] for i in members] for k in first.values}
+    return Configuration(first.name, overrides, values)
+
+
+def _lock(sweep_dir: Path):
+    """Hold the sweep directory for this process: a second sweep on it is refused."""
+    from esjax.lifecycle import RunInUse, RunLock
+
+    try:
+        return RunLock.take(sweep_dir)
+    except RunInUse:
+        raise RunInUse(
+            f"{sweep_dir} is in use by a running esjax sweep; wait for it to end or stop it "
+            "(it checkpoints on SIGTERM), then --resume"
+        ) from None
 
 
 def _default_dir(task: str) -> Path:
@@ -220,17 +240,18 @@ def _default_dir(task: str) -> Path:
 
 
 def _prepare(sweep_dir: Path, overwrite: bool) -> None:
-    if sweep_dir.exists() and any(sweep_dir.iterdir()):
-        if not overwrite:
-            raise ConfigError(
-                f"{sweep_dir} exists; pass --resume to continue it or --overwrite to replace it"
-            )
-        if not (sweep_dir / SWEEP).is_file():
-            raise ConfigError(
-                f"{sweep_dir} is not a sweep directory (no {SWEEP}); not replacing it"
-            )
-        shutil.rmtree(sweep_dir)
-    sweep_dir.mkdir(parents=True, exist_ok=True)
+    """Empty a locked sweep directory for a new sweep (only a sweep's, and with ``overwrite``)."""
+    contents = [p for p in sweep_dir.iterdir() if p.name != runs.LOCK]
+    if not contents:
+        return
+    if not overwrite:
+        raise ConfigError(
+            f"{sweep_dir} exists; pass --resume to continue it or --overwrite to replace it"
+        )
+    if not (sweep_dir / SWEEP).is_file():
+        raise ConfigError(f"{sweep_dir} is not a sweep directory (no {SWEEP}); not replacing it")
+    for path in contents:
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 def read_spec(sweep_dir: str | Path) -> dict[str, Any]:
@@ -243,6 +264,167 @@ def read_spec(sweep_dir: str | Path) -> dict[str, Any]:
         return json.loads(path.read_text())["spec"]
     except (json.JSONDecodeError, KeyError) as err:
         raise ConfigError(f"{path}: unreadable ({err})") from None
+
+
+# ---------------------------------------------------------------------------- one program
+def structure(config: dict[str, Any], traced: Sequence[str]) -> str:
+    """What a compiled program depends on: the config without the traced settings' values.
+
+    The strategy's settings and the task's ``strategy_settings`` (where an override of one
+    is also recorded) are both read without them.
+    """
+
+    def without(settings: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in settings.items() if k not in traced}
+
+    kept = {k: v for k, v in config.items() if k not in ("overrides", "esjax_version")}
+    task = {
+        **config["task"],
+        "strategy_settings": without(config["task"].get("strategy_settings") or {}),
+    }
+    strategy = {**config["strategy"], "settings": without(config["strategy"]["settings"])}
+    return json.dumps({**kept, "task": task, "strategy": strategy}, sort_keys=True)
+
+
+def programs(grid: Sequence[Configuration], resolved: Sequence[dict[str, Any]]) -> list:
+    """``[(configuration indices, engine)]``: configurations that one program runs together.
+
+    Configurations share a program when their configs differ only in settings the engine
+    holds as arrays (:func:`esjax.strategies.traced_settings`, found by tracing the strategy,
+    not from a list): learning rate, std, decays, momentum, ... Anything else (hidden sizes,
+    popsize, strategy, task fields, generations) gives a program of its own.
+    """
+    from esjax.evolve import build_engine
+
+    found: list[tuple[str, tuple[str, ...], list[int], Any]] = []
+    for index, config in enumerate(resolved):
+        for key, traced, members, _ in found:
+            if structure(config, traced) == key:
+                members.append(index)
+                break
+        else:
+            _, engine = build_engine(config)
+            found.append((structure(config, engine.hyper_names), engine.hyper_names, [index],
+                          engine))  # fmt: skip
+    return [(members, engine) for _, _, members, engine in found]
+
+
+def _rows_of(tree: Any, part: slice, axis: int = 0) -> Any:
+    import jax
+
+    return jax.tree.map(lambda x: np.asarray(x)[(slice(None),) * axis + (part,)], tree)
+
+
+def run_program(
+    engine: Any,
+    members: Sequence[tuple[Path, dict[str, Any]]],
+    *,
+    sweep_dir: Path,
+    log: Sequence[str] = (),
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
+) -> None:
+    """Run configurations ``(run_dir, config)`` of one structure as one vmapped program.
+
+    Each configuration is a :class:`esjax.lifecycle.Run` of its own (directory, lock, metrics,
+    policies, checkpoint of its slice of the state), so each is also an ordinary run that
+    ``esjax evolve --resume`` continues. Their states are stacked along the seed axis, each
+    seed carrying its configuration's settings; checkpoints are taken together. Runs that
+    stopped at different generations (a kill between two checkpoints) run as separate
+    programs, each to the same numbers.
+    """
+    import contextlib
+
+    from esjax.evolve import check_memory
+    from esjax.lifecycle import Run, StopSignals
+    from esjax.trackers import RunLogger
+
+    timing = dict(writer=True, checkpoint_every_s=math.inf)
+    seeds = int(members[0][1]["seeds"])
+    check_memory({**members[0][1], "seeds": seeds * len(members)})
+    with contextlib.ExitStack() as stack:
+        opened = []
+        for run_dir, config in members:
+            if runs.is_run_dir(run_dir):
+                run = Run.reopen(run_dir, generations=None, **timing)
+            else:
+                run = Run.create(run_dir, config, overwrite=run_dir.exists(), **timing)
+            stack.enter_context(run)
+            values = {n: run.config["strategy"]["settings"][n] for n in engine.hyper_names}
+            run.begin(engine.with_values(values))
+            opened.append(run)
+        signals = stack.enter_context(StopSignals())
+        by_generation: dict[int, list[Run]] = {}
+        for run in opened:
+            by_generation.setdefault(run.generation, []).append(run)
+        for together in by_generation.values():
+            loggers = [
+                stack.enter_context(
+                    RunLogger(
+                        log, run_dir=run.run_dir, skip_through=run.generation, then=on_progress
+                    )
+                )
+                for run in together
+            ]
+            _drive(engine, together, loggers, signals, sweep_dir)
+        for run in opened:
+            run.finish()
+
+
+def _drive(engine, together, loggers, signals, sweep_dir) -> None:
+    """The host loop of :func:`esjax.evolve.evolve`, for runs stacked in one state."""
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    task = parse_task(together[0].config["task"], "config")
+    every = task.evaluation.every
+    seeds = len(together[0].seed_ids)
+    parts = [slice(c * seeds, (c + 1) * seeds) for c in range(len(together))]
+    state = jax.tree.map(lambda *xs: jnp.concatenate(xs), *(run.state for run in together))
+    state = engine.place(state)
+    last = time.perf_counter()
+    total = together[0].total
+
+    def stop(signum: int) -> None:
+        for run in together:
+            if run.writer:
+                runs.truncate_metrics(run.run_dir, run.generation)
+            run.checkpoint()
+        generation = min(run.generation for run in together)
+        raise SweepInterrupted(sweep_dir, generation, signum)
+
+    try:
+        while together[0].generation < total:
+            if signals.received is not None:
+                stop(signals.received)
+            g = together[0].generation
+            n = min(engine.block, (g // every + 1) * every - g, total - g)
+            state, metrics = engine.run_block(state, jnp.asarray(n, jnp.int32))
+            metrics = jax.device_get(metrics)
+            evaluation = None
+            if (g + n) % every == 0:
+                evaluation = jax.device_get(engine.evaluate(state))
+            host_state = jax.device_get(state)
+            reports = []
+            for run, part in zip(together, parts, strict=True):
+                rows = run.record(
+                    _rows_of(host_state, part),
+                    _rows_of(metrics, part, axis=1),
+                    n,
+                    None if evaluation is None else _rows_of(evaluation, part),
+                )
+                reports.append((run, rows))
+            if time.perf_counter() - last >= CHECKPOINT_EVERY_S and g + n < total:
+                for run in together:
+                    run.checkpoint()
+                last = time.perf_counter()
+            for (run, rows), logger in zip(reports, loggers, strict=True):
+                for row in rows[-len(run.seed_ids) :]:
+                    seed = int(row.get("seed", run.seed_ids[0]))
+                    logger({**row, "generations": total, "seed": seed, "run_dir": str(run.run_dir)})
+    except KeyboardInterrupt:
+        stop(signal.SIGINT)
 
 
 # ---------------------------------------------------------------------------- results

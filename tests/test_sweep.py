@@ -59,6 +59,15 @@ def test_each_configuration_equals_the_same_run_alone(finished, tmp_path):
     assert rows_without_wall(swept) == rows_without_wall(alone)  # bit for bit
     for name in ("final_policy.msgpack", "best_policy.msgpack"):
         assert (swept / name).read_bytes() == (alone / name).read_bytes()
+    # The other configuration ran in the same program; it equals its run alone too.
+    from esjax.evolve import evolve
+
+    first = tmp_path / "first"
+    evolve("pendulum", popsize=8, generations=3, rollouts=1, seeds=2, out=first,
+           overrides=[*TINY["overrides"], "strategy_settings.learning_rate=0.03"])  # fmt: skip
+    assert rows_without_wall(out / record["configurations"][0]["run_dir"]) == rows_without_wall(
+        first
+    )
     # The two learning rates really differ (a sweep that ignored its values would pass above).
     assert rows_without_wall(out / record["configurations"][0]["run_dir"]) != rows_without_wall(
         swept
@@ -96,15 +105,62 @@ def test_interrupted_sweep_resumes_to_the_same_results(finished, tmp_path):
 
     with pytest.raises(sweeps.SweepInterrupted, match="--resume --out"):
         sweeps.sweep("pendulum", VARY, out=stopped, on_progress=interrupt, **TINY)
-    first = stopped / record["configurations"][0]["run_dir"]
-    finished_at = (first / "summary.json").stat().st_mtime_ns
+    # Both configurations ran as one program: both stopped, checkpointed at generation 2.
+    for entry in record["configurations"]:
+        run_dir = stopped / entry["run_dir"]
+        assert not (run_dir / "summary.json").exists()
+        assert max(row["generation"] for row in rows_without_wall(run_dir)) == 2
     resumed = sweeps.sweep(None, out=stopped, resume=True)
-    assert (first / "summary.json").stat().st_mtime_ns == finished_at  # not run again
     for mine, reference in zip(resumed["configurations"], record["configurations"], strict=True):
         assert mine["final_test_return"] == reference["final_test_return"]
         assert mine["best_test_return"] == reference["best_test_return"]
         name = mine["run_dir"]
         assert rows_without_wall(stopped / name) == rows_without_wall(out / name)
+        for policy in ("final_policy.msgpack", "best_policy.msgpack"):
+            assert (stopped / name / policy).read_bytes() == (out / name / policy).read_bytes()
+    first = stopped / record["configurations"][0]["run_dir"]
+    finished_at = (first / "summary.json").stat().st_mtime_ns
+    sweeps.sweep(None, out=stopped, resume=True)
+    assert (first / "summary.json").stat().st_mtime_ns == finished_at  # not run again
+
+
+def test_numeric_settings_share_a_program_and_shapes_do_not():
+    from esjax.evolve import resolve_config
+
+    grid = sweeps.configurations(
+        [
+            "strategy_settings.learning_rate=0.03,0.3",
+            "policy.hidden=[8],[16]",
+            "strategy_settings.std_init=0.05,0.2",
+        ]
+    )
+    resolved = [
+        resolve_config("pendulum", popsize=8, overrides=["episode_length=16", *c.overrides])
+        for c in grid
+    ]
+    found = sweeps.programs(grid, resolved)
+    hidden = [[grid[i].values["policy.hidden"] for i in members] for members, _ in found]
+    assert hidden == [[[8]] * 4, [[16]] * 4]
+    for _, engine in found:
+        assert {"learning_rate", "std_init"} <= set(engine.hyper_names)
+    # A setting that decides structure (here a Python branch on the L2 penalty) is not traced.
+    assert "l2_penalty" not in found[0][1].hyper_names
+
+
+def test_a_live_sweep_directory_is_refused(finished, tmp_path):
+    import shutil
+
+    from esjax.lifecycle import RunLock
+
+    out, _ = finished
+    copy = tmp_path / "live"
+    shutil.copytree(out, copy)
+    lock = RunLock.take(copy)  # as the sweep running in it holds it
+    try:
+        result = esjax("sweep", "--resume", "--out", copy, cwd=tmp_path)
+    finally:
+        lock.release()
+    assert_clean_error(result, "in use by a running esjax sweep")
 
 
 def test_configurations_cross_product_and_names():
