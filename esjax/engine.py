@@ -223,9 +223,6 @@ def make_engine(
     groups = int(strategy.spec.settings.get("env_groups", 1))
     mesh = Mesh(np.array(rollout.devices), ("population",))
     pairs = mirrored(strategy.spec)
-    # Mirrored OpenES skips the population matrix: members are built inside rollout chunks.
-    path = noise.population_path(strategy, unravel)
-
     def member_keys(key: jax.Array) -> jax.Array:
         """The rollout key, or with ``env_groups`` every member's keys from its group's key.
 
@@ -274,6 +271,7 @@ def make_engine(
         )
 
     def generation(state: RunState) -> tuple[RunState, dict[str, jax.Array]]:
+        # Mirrored OpenES skips the population matrix: members are built inside rollout chunks.
         path = noise.population_path(with_settings(strategy_built, state.hyper), unravel)
         next_key, k_ask, k_rollout, k_tell = generation_keys(state.key)
         population, sstate = path.ask(k_ask, state.strategy)
