@@ -223,6 +223,7 @@ def make_engine(
     groups = int(strategy.spec.settings.get("env_groups", 1))
     mesh = Mesh(np.array(rollout.devices), ("population",))
     pairs = mirrored(strategy.spec)
+
     def member_keys(key: jax.Array) -> jax.Array:
         """The rollout key, or with ``env_groups`` every member's keys from its group's key.
 
