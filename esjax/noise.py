@@ -120,7 +120,6 @@ class PopulationPath:
     params: Callable[[Any], Any]
     tell: Callable[[jax.Array, Any, jax.Array, Any], Any]
     row: Callable[[Any, jax.Array], jax.Array]
-    lazy: bool
 
 
 def population_path(strategy: Any, unravel: Callable) -> PopulationPath:
@@ -133,12 +132,10 @@ def population_path(strategy: Any, unravel: Callable) -> PopulationPath:
                 strategy, key, population, fitness, state
             ),
             row=lambda population, member: population.flat(member),
-            lazy=True,
         )
     return PopulationPath(
         ask=strategy.ask,
         params=jax.vmap(unravel),
         tell=strategy.tell,
         row=lambda population, member: population[member],
-        lazy=False,
     )

@@ -469,8 +469,7 @@ class PopulationRollout:
         if isinstance(pop_params, LazyPopulation):
             # Members are ids; each chunk builds its own members' parameters, so the
             # population never exists as a whole.
-            lazy, ids = pop_params, pop_params.index
-            decode = lazy.member
+            ids, decode = pop_params.index, pop_params.member
             shapes = jax.eval_shape(jax.vmap(decode), ids[:1])
         else:
             ids, shapes = pop_params, pop_params
