@@ -81,8 +81,10 @@ class LazyCMA_ES(CMA_ES):
         fitness_shaping_fn: Callable = weights_fitness_shaping_fn,
         metrics_fn: Callable = metrics_fn,
         decomposition_every: int | str = "auto",
+        std_cap_decay: float = 1.0,
     ):
         super().__init__(population_size, solution, fitness_shaping_fn, metrics_fn)
+        self.std_cap_decay = std_cap_decay
         every = resolve_decomposition_every(decomposition_every, self.num_dims, population_size)
         if every < 1:
             raise ValueError(f"decomposition_every must be at least 1, got {every}")
@@ -96,3 +98,12 @@ class LazyCMA_ES(CMA_ES):
         z = jax.random.normal(key, (self.population_size, self.num_dims))
         z = (z @ jnp.diag(D).T) @ B.T
         return state.mean + state.std * z, state.replace(C=C, B=B, D=D)
+
+    def _tell(self, key, population, fitness, state, params):
+        # Under noisy returns CSA holds the step size near its start, so the mean keeps
+        # wandering around a solution instead of settling on it. A cap of
+        # std_init * std_cap_decay ** generation bounds it (1.0: evosax's CSA, unchanged).
+        state = super()._tell(key, population, fitness, state, params)
+        cap = params.std_init * jnp.power(self.std_cap_decay, state.generation_counter + 1)
+        capped = jnp.where(self.std_cap_decay < 1.0, jnp.minimum(state.std, cap), state.std)
+        return state.replace(std=capped)

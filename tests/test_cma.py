@@ -115,3 +115,26 @@ def test_auto_gap_follows_pycma_rule():
     assert resolve_decomposition_every("auto", 1217, 26) == expected == 9
     assert pycma_gap(10, 0.5, 0.5) == 1  # small problems decompose every generation
     assert resolve_decomposition_every(5, 1217, 26) == 5
+
+
+def test_step_size_cap_bounds_csa_and_leaves_the_rest_to_evosax():
+    """With a cap decay the step size is evosax's CSA value, clipped at std_init * decay ** g."""
+    decay = 0.8
+    reference = CMA_ES(POPSIZE, jnp.zeros(NUM_DIMS))
+    capped = LazyCMA_ES(POPSIZE, jnp.zeros(NUM_DIMS), decomposition_every=1, std_cap_decay=decay)
+    params = reference.default_params.replace(std_init=jnp.asarray(0.5))
+    # One tell from the same state: only the step size may differ, and only by the cap.
+    state = reference.init(jax.random.key(0), jnp.zeros(NUM_DIMS), params)
+    population, state = reference.ask(jax.random.key(1), state, params)
+    fitness = ellipsoid(population)
+    want, _ = reference.tell(jax.random.key(2), population, fitness, state, params)
+    got, _ = capped.tell(jax.random.key(2), population, fitness, state, params)
+    np.testing.assert_array_equal(got.mean, want.mean)
+    np.testing.assert_array_equal(got.C, want.C)
+    assert float(got.std) == pytest.approx(min(float(want.std), 0.5 * decay))
+    # Over a run the cap holds every generation, and it binds.
+    history = run(capped, params, 12)
+    stds = np.array([float(s.std) for _, s in history])
+    caps = 0.5 * decay ** np.arange(1, 13)
+    assert np.all(stds <= caps * (1 + 1e-6))
+    assert np.any(np.isclose(stds, caps))
