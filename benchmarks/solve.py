@@ -19,7 +19,6 @@ import argparse
 import math
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import esjax
@@ -28,6 +27,7 @@ esjax.use_cpu_cores()  # before JAX starts: one CPU device per core
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+from timing import median_time  # noqa: E402
 
 from esjax.engine import phase_functions  # noqa: E402
 from esjax.evolve import (  # noqa: E402
@@ -61,20 +61,17 @@ def time_phases(
     one = jax.devices()[0]
     keys = jax.random.split(jax.random.key(0), 3)
 
-    def median_time(name, *args):
-        out = jax.block_until_ready(fns[name](*args))  # compile and warm up
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            jax.block_until_ready(fns[name](*args))
-            times.append(time.perf_counter() - start)
-        return statistics.median(times), out
-
-    t_all, _ = median_time("generation", keys[0], sstate)
+    t_all, _ = median_time(fns["generation"], keys[0], sstate, repeats=repeats)
     local = jax.device_put(sstate, one)
-    t_ask, population = median_time("ask", jax.device_put(keys[0], one), local)
-    t_roll, returns = median_time("rollout", keys[1], engine.place(population))
-    t_tell, _ = median_time("tell", *jax.device_put((keys[2], population, returns), one), local)
+    t_ask, population = median_time(
+        fns["ask"], jax.device_put(keys[0], one), local, repeats=repeats
+    )
+    t_roll, returns = median_time(
+        fns["rollout"], keys[1], engine.place(population), repeats=repeats
+    )
+    t_tell, _ = median_time(
+        fns["tell"], *jax.device_put((keys[2], population, returns), one), local, repeats=repeats
+    )
     return {
         "popsize": engine.popsize,
         "num_dims": engine.num_dims,

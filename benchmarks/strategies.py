@@ -26,7 +26,6 @@ import json
 import math
 import statistics
 import tempfile
-import time
 import traceback
 from pathlib import Path
 
@@ -36,6 +35,7 @@ esjax.use_cpu_cores()  # before JAX starts: one CPU device per core
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+from timing import median_time  # noqa: E402
 
 from esjax import algorithms  # noqa: E402
 from esjax.config import ConfigError  # noqa: E402
@@ -82,18 +82,9 @@ def ask_tell_share(config: dict, repeats: int = 5) -> float:
     sstate = jax.tree.map(lambda x: x[0], engine.init(jnp.arange(1))).strategy
     keys = jax.random.split(jax.random.key(0), 3)
 
-    def median_time(name, *args):
-        out = jax.block_until_ready(fns[name](*args))
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            jax.block_until_ready(fns[name](*args))
-            times.append(time.perf_counter() - start)
-        return statistics.median(times), out
-
-    t_ask, population = median_time("ask", keys[0], sstate)
-    t_roll, returns = median_time("rollout", keys[1], population)
-    t_tell, _ = median_time("tell", keys[2], population, returns, sstate)
+    t_ask, population = median_time(fns["ask"], keys[0], sstate, repeats=repeats)
+    t_roll, returns = median_time(fns["rollout"], keys[1], population, repeats=repeats)
+    t_tell, _ = median_time(fns["tell"], keys[2], population, returns, sstate, repeats=repeats)
     return (t_ask + t_tell) / (t_ask + t_roll + t_tell)
 
 
