@@ -113,13 +113,19 @@ class WandbTracker:
 
         # A sweep opens one run per configuration in one process; without create_new, W&B
         # hands back the run already open and the configurations' scalars would mix.
-        self.run = wandb.init(
-            project=os.environ.get("WANDB_PROJECT", "esjax"),
-            name=run_dir.name,
-            dir=str(run_dir),
-            config=config,
-            reinit="create_new",
-        )
+        try:
+            self.run = wandb.init(
+                project=os.environ.get("WANDB_PROJECT", "esjax"),
+                name=run_dir.name,
+                dir=str(run_dir),
+                config=config,
+                reinit="create_new",
+            )
+        except wandb.errors.Error as error:  # e.g. online without `wandb login`
+            message = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise ConfigError(
+                f"--log wandb: {message} (WANDB_MODE=offline keeps the run local)"
+            ) from None
 
     def log(self, generation: int, scalars: dict[str, float]) -> None:
         self.run.log(scalars, step=generation)
