@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_cli import SMALL, assert_clean_error, esjax
+from test_cli import SMALL, assert_clean_error, cli_env, esjax
 
 from esjax import trackers
 from esjax.config import ConfigError
@@ -229,6 +229,41 @@ def test_scalars_and_grouping():
         "a.c": None,
         "d": 3,
     }
+
+
+def tracker_in_a_process(name: str, cwd: Path) -> subprocess.CompletedProcess:
+    """Open tracker ``name`` for ``cwd/run`` in a fresh process; a ConfigError exits 2."""
+    code = (
+        "import sys\nfrom pathlib import Path\nfrom esjax import trackers\n"
+        "from esjax.config import ConfigError\ntry:\n"
+        f"    trackers._TRACKERS[{name!r}](Path('run'), {{'popsize': 8}})\n"
+        "except ConfigError as error:\n    print(error, file=sys.stderr)\n    sys.exit(2)\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, env=cli_env(), capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+
+
+def test_wandb_online_without_a_login_is_a_one_line_error(tmp_path, monkeypatch):
+    offline_trackers(monkeypatch, tmp_path)
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))  # no login from the user's home
+    result = tracker_in_a_process("wandb", tmp_path)
+    assert_clean_error(result, "--log wandb: ", "WANDB_MODE=offline")
+
+
+def test_no_tracker_is_imported_unless_asked_for(tmp_path):
+    code = (
+        "import sys\nimport esjax.cli, esjax.evolve, esjax.sweeps, esjax.trackers\n"
+        "print(sorted({'tensorboard', 'wandb', 'mlflow'} & set(sys.modules)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=cli_env(), capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
 
 
 def test_an_unusable_mlflow_store_is_a_one_line_error(tmp_path, monkeypatch):
