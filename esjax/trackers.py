@@ -111,12 +111,21 @@ class WandbTracker:
     def __init__(self, run_dir: Path, config: dict[str, Any]):
         import wandb
 
-        self.run = wandb.init(
-            project=os.environ.get("WANDB_PROJECT", "esjax"),
-            name=run_dir.name,
-            dir=str(run_dir),
-            config=config,
-        )
+        # A sweep opens one run per configuration in one process; without create_new, W&B
+        # hands back the run already open and the configurations' scalars would mix.
+        try:
+            self.run = wandb.init(
+                project=os.environ.get("WANDB_PROJECT", "esjax"),
+                name=run_dir.name,
+                dir=str(run_dir),
+                config=config,
+                reinit="create_new",
+            )
+        except wandb.errors.Error as error:  # e.g. online without `wandb login`
+            message = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise ConfigError(
+                f"--log wandb: {message} (WANDB_MODE=offline keeps the run local)"
+            ) from None
 
     def log(self, generation: int, scalars: dict[str, float]) -> None:
         self.run.log(scalars, step=generation)
@@ -132,16 +141,25 @@ class MlflowTracker:
 
     def __init__(self, run_dir: Path, config: dict[str, Any]):
         from mlflow.entities import Param
+        from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
 
-        uri = os.environ.get("MLFLOW_TRACKING_URI") or (run_dir / "mlruns").resolve().as_uri()
-        self.client = MlflowClient(tracking_uri=uri)
-        name = os.environ.get("MLFLOW_EXPERIMENT_NAME", "esjax")
-        experiment = self.client.get_experiment_by_name(name)
-        experiment_id = (
-            experiment.experiment_id if experiment else self.client.create_experiment(name)
-        )
-        self.run_id = self.client.create_run(experiment_id, run_name=run_dir.name).info.run_id
+        uri = os.environ.get("MLFLOW_TRACKING_URI")
+        if not uri:
+            uri = (run_dir / "mlruns").resolve().as_uri()
+            # MLflow 3 refuses a file store unless this is set; the run's own store is one.
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        try:
+            self.client = MlflowClient(tracking_uri=uri)
+            name = os.environ.get("MLFLOW_EXPERIMENT_NAME", "esjax")
+            experiment = self.client.get_experiment_by_name(name)
+            experiment_id = (
+                experiment.experiment_id if experiment else self.client.create_experiment(name)
+            )
+            self.run_id = self.client.create_run(experiment_id, run_name=run_dir.name).info.run_id
+        except MlflowException as error:
+            message = str(error.message).splitlines()[0]
+            raise ConfigError(f"--log mlflow: cannot open {uri}: {message}") from None
         params = [Param(k, str(v)) for k, v in flat_config(config).items()]
         for start in range(0, len(params), 100):
             self.client.log_batch(self.run_id, params=params[start : start + 100])

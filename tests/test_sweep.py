@@ -40,38 +40,43 @@ def finished(tmp_path_factory):
     return out, record
 
 
-def test_each_configuration_equals_the_same_run_alone(finished, tmp_path):
+@pytest.fixture(scope="module")
+def alone(tmp_path_factory):
+    """Each configuration of the sweep run alone: ``esjax evolve --set ...`` in its own process."""
+    work = tmp_path_factory.mktemp("alone")
+    out = {}
+    for rate in ("0.03", "0.3"):
+        run_dir = work / f"lr{rate}"
+        result = esjax(
+            *("evolve", "pendulum", "--popsize", "8", "--generations", "3", "--rollouts", "1"),
+            *("--seeds", "2", "--out", run_dir),
+            *(f"--set={o}" for o in TINY["overrides"]),
+            f"--set=strategy_settings.learning_rate={rate}",
+            cwd=work,
+        )
+        assert result.returncode == 0, result.stderr
+        out[rate] = run_dir
+    return out
+
+
+def assert_same_run(run_dir, reference) -> None:
+    """Bit for bit: every metric of every generation and seed, and both policies."""
+    assert rows_without_wall(run_dir) == rows_without_wall(reference)
+    for name in ("final_policy.msgpack", "best_policy.msgpack"):
+        assert (run_dir / name).read_bytes() == (reference / name).read_bytes(), name
+
+
+def test_each_configuration_equals_the_same_run_alone(finished, alone):
     out, record = finished
     assert [c["overrides"] for c in record["configurations"]] == [
         ["strategy_settings.learning_rate=0.03"],
         ["strategy_settings.learning_rate=0.3"],
     ]
-    alone = tmp_path / "alone"
-    args = [
-        *("evolve", "pendulum", "--popsize", "8", "--generations", "3", "--rollouts", "1"),
-        *("--seeds", "2", "--out", alone),
-        *(f"--set={o}" for o in TINY["overrides"]),
-        "--set=strategy_settings.learning_rate=0.3",
-    ]
-    result = esjax(*args, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    swept = out / record["configurations"][1]["run_dir"]
-    assert rows_without_wall(swept) == rows_without_wall(alone)  # bit for bit
-    for name in ("final_policy.msgpack", "best_policy.msgpack"):
-        assert (swept / name).read_bytes() == (alone / name).read_bytes()
-    # The other configuration ran in the same program; it equals its run alone too.
-    from esjax.evolve import evolve
-
-    first = tmp_path / "first"
-    evolve("pendulum", popsize=8, generations=3, rollouts=1, seeds=2, out=first,
-           overrides=[*TINY["overrides"], "strategy_settings.learning_rate=0.03"])  # fmt: skip
-    assert rows_without_wall(out / record["configurations"][0]["run_dir"]) == rows_without_wall(
-        first
-    )
+    # Both configurations ran in one program; each equals its run alone.
+    for entry, rate in zip(record["configurations"], ("0.03", "0.3"), strict=True):
+        assert_same_run(out / entry["run_dir"], alone[rate])
     # The two learning rates really differ (a sweep that ignored its values would pass above).
-    assert rows_without_wall(out / record["configurations"][0]["run_dir"]) != rows_without_wall(
-        swept
-    )
+    assert rows_without_wall(alone["0.03"]) != rows_without_wall(alone["0.3"])
 
 
 def test_sweep_json_holds_test_returns_intervals_and_steps(finished):
@@ -122,6 +127,35 @@ def test_interrupted_sweep_resumes_to_the_same_results(finished, tmp_path):
     finished_at = (first / "summary.json").stat().st_mtime_ns
     sweeps.sweep(None, out=stopped, resume=True)
     assert (first / "summary.json").stat().st_mtime_ns == finished_at  # not run again
+
+
+def test_configurations_stopped_at_different_generations_resume_to_their_runs_alone(
+    alone, tmp_path
+):
+    # A kill while a program checkpoints its configurations one after another can leave
+    # them at different generations: here the first checkpointed generation 2 and the
+    # second had not written its checkpoint yet (its metrics hold rows it must redo).
+    stopped = tmp_path / "stopped"
+
+    def interrupt(row):
+        if row["run_dir"].endswith("learning_rate=0.3") and row["generation"] == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(sweeps.SweepInterrupted):
+        sweeps.sweep("pendulum", VARY, out=stopped, on_progress=interrupt, **TINY)
+    first, second = sorted(p.parent for p in stopped.glob("*/config.json"))
+    (second / "checkpoint.msgpack").unlink()
+    assert not (second / "checkpoint.prev.msgpack").exists()
+    assert max(row["generation"] for row in rows_without_wall(second)) == 2
+    seen = []
+    record = sweeps.sweep(
+        None, out=stopped, resume=True, on_progress=lambda row: seen.append(row["generation"])
+    )
+    # The first went on from generation 3 and the second started over from generation 1.
+    assert sorted(seen) == [1, 1, 2, 2, 3, 3, 3, 3]
+    assert_same_run(first, alone["0.03"])
+    assert_same_run(second, alone["0.3"])
+    assert [e["run_dir"] for e in record["configurations"]] == [first.name, second.name]
 
 
 def test_numeric_settings_share_a_program_and_shapes_do_not():
