@@ -22,6 +22,7 @@ a batch of one. Nothing in this module prints or writes files.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -245,14 +246,14 @@ def make_engine(
         """Every member's episodes, sharded by member; with ``env_groups`` per-group starts."""
         return rollout.population(member_keys(key), params, rollouts, obs_stats)
 
-    def population_summary(key, params, obs_stats):
+    def population_summary(key, params, obs_stats, runs=1):
         """Every member's mean return and the totals, the same on every device.
 
         What crosses devices is one all-gather of one float per member and one small
         all-reduce (:meth:`PopulationRollout.summary`); ranking and ``tell`` then run
-        replicated, so no sort is ever distributed.
+        replicated, so no sort is ever distributed. ``runs``: the seeds vmapped around it.
         """
-        return rollout.summary(member_keys(key), params, rollouts, obs_stats)
+        return rollout.summary(member_keys(key), params, rollouts, obs_stats, runs)
 
     def init_one(seed: jax.Array, hyper: dict[str, jax.Array]) -> RunState:
         keys = seed_keys(seed)
@@ -271,7 +272,7 @@ def make_engine(
             )
         )
 
-    def generation(state: RunState) -> tuple[RunState, dict[str, jax.Array]]:
+    def generation(state: RunState, runs: int = 1) -> tuple[RunState, dict[str, jax.Array]]:
         # Mirrored OpenES skips the population matrix: members are built inside rollout chunks.
         path = noise.population_path(with_settings(strategy_built, state.hyper), unravel)
         next_key, k_ask, k_rollout, k_tell = generation_keys(state.key)
@@ -280,7 +281,7 @@ def make_engine(
         # cross devices (left free, XLA would shard the draw and all-gather it for tell).
         population = jax.lax.with_sharding_constraint(population, NamedSharding(mesh, P()))
         obs_stats = norm_stats(state.norm) if normalize_obs else None
-        summary = population_summary(k_rollout, path.params(population), obs_stats)
+        summary = population_summary(k_rollout, path.params(population), obs_stats, runs)
         returns = summary.returns  # replicated: everything below runs on every device
         sstate = path.tell(k_tell, population, to_fitness(returns), sstate)
         norm = norm_update(state.norm, summary) if normalize_obs else state.norm
@@ -298,15 +299,18 @@ def make_engine(
         )
         return _strong(new_state), metrics
 
-    def block_one(state: RunState, n_active: jax.Array) -> tuple[RunState, dict[str, jax.Array]]:
+    def block_one(
+        state: RunState, n_active: jax.Array, runs: int = 1
+    ) -> tuple[RunState, dict[str, jax.Array]]:
+        step = functools.partial(generation, runs=runs)
         padding = jax.tree.map(
-            lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(generation, state)[1]
+            lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(step, state)[1]
         )
 
         def body(state, index):
             # ``index`` and ``n_active`` are not batched over seeds, so under vmap this stays a
             # real conditional: padded steps cost nothing and never touch the state.
-            return jax.lax.cond(index < n_active, generation, lambda s: (s, padding), state)
+            return jax.lax.cond(index < n_active, step, lambda s: (s, padding), state)
 
         return jax.lax.scan(body, state, jnp.arange(block))
 
@@ -323,8 +327,10 @@ def make_engine(
         }
 
     def run_block(state, n_active):
-        state, metrics = jax.vmap(block_one, in_axes=(0, None), out_axes=(0, 1))(state, n_active)
-        return state, metrics
+        # Every seed's population steps together inside the rollout's chunks, so the chunks
+        # are sized for all of them (a sweep stacks hundreds of runs here).
+        one = functools.partial(block_one, runs=int(state.generation.shape[0]))
+        return jax.vmap(one, in_axes=(0, None), out_axes=(0, 1))(state, n_active)
 
     # The state lives replicated on the rollout's devices, in and out of every call, so a block
     # fed the previous block's output (or a restored checkpoint) never recompiles.

@@ -204,7 +204,7 @@ class PopulationRollout:
         self._population = jax.jit(
             self._population_impl, static_argnames=("num_rollouts", "trajectory")
         )
-        self._summary = jax.jit(self._summary_impl, static_argnames=("num_rollouts",))
+        self._summary = jax.jit(self._summary_impl, static_argnames=("num_rollouts", "runs"))
 
     # ------------------------------------------------------------------ public API
     def init_params(self, key: jax.Array) -> PyTree:
@@ -264,16 +264,22 @@ class PopulationRollout:
         pop_params: PyTree,
         num_rollouts: int = 1,
         obs_stats: ObsStats | None = None,
+        runs: int = 1,
     ) -> PopulationSummary:
         """``population`` reduced on each device, then made the same on every device.
 
         Each device averages its members' returns over their rollouts and sums their lengths
         and observation sums; then one all-gather of one float per member and one all-reduce
         of ``1 + 2 * obs_size`` numbers. Padding members never enter either. ``key`` as in
-        :meth:`population`.
+        :meth:`population`. ``runs``: how many calls a ``vmap`` around this one batches
+        together (seeds, sweep configurations); chunks shrink so that all of them together
+        stay cache-sized (:meth:`auto_chunk_size`).
         """
         _check_positive("num_rollouts", num_rollouts)
-        return self._summary(key, pop_params, self._stats(obs_stats), num_rollouts=num_rollouts)
+        _check_positive("runs", runs)
+        return self._summary(
+            key, pop_params, self._stats(obs_stats), num_rollouts=num_rollouts, runs=int(runs)
+        )
 
     def rollout_keys(self, key: jax.Array, popsize: int, num_rollouts: int) -> jax.Array:
         """The per-rollout keys ``population`` uses: shared across members or one per member."""
@@ -287,10 +293,12 @@ class PopulationRollout:
             return self.env_params
         return self.env_params_sampler(key, self.env_params)
 
-    def auto_chunk_size(self, popsize: int, params: PyTree) -> int:
+    def auto_chunk_size(self, popsize: int, params: PyTree, runs: int = 1) -> int:
         """Members per chunk: cache-sized on CPU; the whole population if small or on a GPU.
 
         ``params`` has a leading member axis (arrays or shape structs: only shapes are read).
+        Under a ``vmap`` over ``runs`` populations (seeds, sweep configurations) each chunk
+        step holds ``runs`` times its members, so the cache's share of one run is divided.
         """
         if self.chunk_size is not None:
             return max(1, min(int(self.chunk_size), popsize))
@@ -300,8 +308,11 @@ class PopulationRollout:
             return int(popsize)
         leaves = jax.tree.leaves(params)
         member_bytes = sum(math.prod(leaf.shape[1:]) * leaf.dtype.itemsize for leaf in leaves) or 1
-        # A power of two divides the usual popsizes, so no ragged last chunk is compiled.
-        chunk = 1 << max(3, (CHUNK_PARAM_BYTES // member_bytes).bit_length() - 1)
+        runs = max(1, int(runs))
+        # A power of two divides the usual popsizes, so no ragged last chunk is compiled; at
+        # least 8 members step together over all runs.
+        fits = (CHUNK_PARAM_BYTES // (member_bytes * runs)).bit_length() - 1
+        chunk = 1 << max(0, fits, (8 // runs).bit_length() - 1)
         return int(min(popsize, chunk))
 
     # ------------------------------------------------------------------ implementation
@@ -410,12 +421,12 @@ class PopulationRollout:
         result = self._over_devices(local, keys, pop_params, obs_stats, P(_POP_AXIS))
         return jax.tree.map(lambda x: x[:popsize], result)
 
-    def _summary_impl(self, key, pop_params, obs_stats, num_rollouts):
+    def _summary_impl(self, key, pop_params, obs_stats, num_rollouts, runs=1):
         popsize = _popsize(pop_params)
         keys = self._keys(key, popsize, num_rollouts)
 
         def local(keys, params, obs_stats, valid, axis):
-            result = self._population_local(keys, params, obs_stats, False)
+            result = self._population_local(keys, params, obs_stats, False, runs)
             # Per member and in the member's own order of additions, so it is the same bits on
             # any number of devices; the sums below are partial sums per device.
             returns = member_returns(result.returns)
@@ -464,7 +475,7 @@ class PopulationRollout:
             check_vma=False,
         )(keys, pop_params, obs_stats)
 
-    def _population_local(self, keys, pop_params, obs_stats, trajectory):
+    def _population_local(self, keys, pop_params, obs_stats, trajectory, runs=1):
         popsize = _popsize(pop_params)
         if isinstance(pop_params, LazyPopulation):
             # Members are ids; each chunk builds its own members' parameters, so the
@@ -477,7 +488,7 @@ class PopulationRollout:
             def decode(params):
                 return params
 
-        chunk = self.auto_chunk_size(popsize, shapes)
+        chunk = self.auto_chunk_size(popsize, shapes, runs)
 
         if keys.ndim == 1:  # every member runs the same episode keys
 
