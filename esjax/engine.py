@@ -37,6 +37,7 @@ from jax.sharding import PartitionSpec as P
 
 from esjax import noise
 from esjax.fitness import (
+    mean_and_std,
     return_stats,
     to_fitness,
     ungroup_members,
@@ -348,12 +349,8 @@ def make_engine(
         result = eval_rollout.population(
             key, params, eval_episodes, obs_stats, bounds=state.bounds if same else None
         )
-        returns = result.returns  # (2, episodes)
-        return {
-            "eval_return": jnp.mean(returns[0]),
-            "eval_best_return": jnp.mean(returns[1]),
-            "eval_return_std": jnp.std(returns[0]),
-        }
+        mean, std = mean_and_std(result.returns)  # over episodes, of (mean, best)
+        return {"eval_return": mean[0], "eval_best_return": mean[1], "eval_return_std": std[0]}
 
     def run_block(state, n_active):
         # Every seed's population steps together inside the rollout's chunks, so the chunks
