@@ -22,6 +22,7 @@ a batch of one. Nothing in this module prints or writes files.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,7 @@ from jax.sharding import PartitionSpec as P
 
 from esjax import noise
 from esjax.fitness import (
+    mean_and_std,
     return_stats,
     to_fitness,
     ungroup_members,
@@ -123,14 +125,18 @@ class RunState:
     # The strategy's float settings (learning rate, std, decays, ...) as arrays, so that runs
     # differing only in them are one vmapped program (a sweep); see :attr:`Engine.hyper`.
     hyper: dict[str, jax.Array] = struct.field(default_factory=dict)
+    # The env sampler's numeric bounds ("m.low", ...) as arrays, for the same reason; last, so a
+    # checkpoint from before they were state is completed with the config's values.
+    bounds: dict[str, jax.Array] = struct.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Engine:
     """A task's rollouts and a strategy bound into jitted ``init``, ``run_block`` and ``evaluate``.
 
-    * ``init(seeds, hyper=None) -> RunState`` with a leading seed axis; ``hyper`` maps each
-      name in :attr:`hyper` to one value per seed (default: the strategy's own settings).
+    * ``init(seeds, values=None) -> RunState`` with a leading seed axis; ``values`` maps each
+      name in :attr:`hyper` and :attr:`bounds` to one value per seed (default: the strategy's
+      own settings and the env sampler's own bounds).
     * ``run_block(state, n) -> (state, metrics)`` runs the first ``n`` of ``block`` generations;
       ``metrics`` leaves have shape ``(block, seeds)`` and rows ``>= n`` are padding.
     * ``evaluate(state) -> dict`` test returns of the search mean and of the last generation's
@@ -143,6 +149,7 @@ class Engine:
     unravel: Callable[[jax.Array], PyTree]
     num_dims: int
     hyper_names: tuple[str, ...]
+    bounds: dict[str, float]  # the env sampler's bounds (traced, see RunState.bounds)
     rollouts: int
     block: int
     eval_episodes: int
@@ -150,7 +157,7 @@ class Engine:
     sharding: Any
     population_rollout: Callable
     population_summary: Callable
-    init_batch: Callable[[jax.Array, dict[str, jax.Array]], RunState]
+    init_batch: Callable[[jax.Array, dict[str, jax.Array], dict[str, jax.Array]], RunState]
     run_block: Callable[[RunState, jax.Array], tuple[RunState, dict[str, jax.Array]]]
     evaluate: Callable[[RunState], dict[str, jax.Array]]
 
@@ -163,20 +170,31 @@ class Engine:
         """The settings that are arrays in the compiled program, with this engine's values."""
         return {name: self.strategy.spec.settings[name] for name in self.hyper_names}
 
-    def init(self, seeds: jax.Array, hyper: dict[str, Any] | None = None) -> RunState:
+    @property
+    def traced_names(self) -> tuple[str, ...]:
+        """Every number that is an array in the compiled program: settings, then bounds."""
+        return (*self.hyper_names, *self.bounds)
+
+    def init(self, seeds: jax.Array, values: dict[str, Any] | None = None) -> RunState:
         seeds = jnp.asarray(seeds)
-        values = self.hyper if hyper is None else hyper
-        batch = {
-            name: jnp.broadcast_to(jnp.asarray(values[name], jnp.float32), seeds.shape)
-            for name in self.hyper_names
-        }
-        return self.init_batch(seeds, batch)
+        values = {**self.hyper, **self.bounds, **(values or {})}
+
+        def batch(names):
+            return {
+                name: jnp.broadcast_to(jnp.asarray(values[name], jnp.float32), seeds.shape)
+                for name in names
+            }
+
+        return self.init_batch(seeds, batch(self.hyper_names), batch(self.bounds))
 
     def with_values(self, values: dict[str, float]) -> Engine:
-        """This engine (the same compiled programs) with other values of :attr:`hyper`."""
+        """This engine (the same compiled programs) with other values of :attr:`traced_names`."""
         spec = self.strategy.spec
-        spec = dataclasses.replace(spec, settings={**spec.settings, **values})
-        return dataclasses.replace(self, strategy=dataclasses.replace(self.strategy, spec=spec))
+        settings = {k: v for k, v in values.items() if k in self.hyper_names}
+        spec = dataclasses.replace(spec, settings={**spec.settings, **settings})
+        bounds = {k: values.get(k, v) for k, v in self.bounds.items()}
+        strategy = dataclasses.replace(self.strategy, spec=spec)
+        return dataclasses.replace(self, strategy=strategy, bounds=bounds)
 
     def place(self, tree: PyTree) -> PyTree:
         """Arrays placed as the compiled functions expect them (replicated on the devices)."""
@@ -220,6 +238,9 @@ def make_engine(
 
     popsize = strategy.popsize
     hyper_names = traced_settings(strategy)
+    # Numbers of the env sampler (its ranges) are arrays too, so a sweep over them is one program.
+    sampler = rollout.env_params_sampler
+    bounds = sampler.bounds() if hasattr(sampler, "bounds") else {}
     groups = int(strategy.spec.settings.get("env_groups", 1))
     mesh = Mesh(np.array(rollout.devices), ("population",))
     pairs = mirrored(strategy.spec)
@@ -245,16 +266,17 @@ def make_engine(
         """Every member's episodes, sharded by member; with ``env_groups`` per-group starts."""
         return rollout.population(member_keys(key), params, rollouts, obs_stats)
 
-    def population_summary(key, params, obs_stats):
+    def population_summary(key, params, obs_stats, runs=1, bounds=None):
         """Every member's mean return and the totals, the same on every device.
 
         What crosses devices is one all-gather of one float per member and one small
         all-reduce (:meth:`PopulationRollout.summary`); ranking and ``tell`` then run
-        replicated, so no sort is ever distributed.
+        replicated, so no sort is ever distributed. ``runs``: the seeds vmapped around it;
+        ``bounds``: the env sampler's (traced) bounds.
         """
-        return rollout.summary(member_keys(key), params, rollouts, obs_stats)
+        return rollout.summary(member_keys(key), params, rollouts, obs_stats, runs, bounds)
 
-    def init_one(seed: jax.Array, hyper: dict[str, jax.Array]) -> RunState:
+    def init_one(seed: jax.Array, hyper: dict[str, jax.Array], bounds: dict) -> RunState:
         keys = seed_keys(seed)
         policy_init, _ = ravel_pytree(rollout.init_params(keys["init"]))
         mean = strategy.initial_mean(policy_init.astype(jnp.float32))
@@ -268,10 +290,11 @@ def make_engine(
                 generation=jnp.zeros((), jnp.int32),
                 gen_best=mean,
                 hyper=hyper,
+                bounds=bounds,
             )
         )
 
-    def generation(state: RunState) -> tuple[RunState, dict[str, jax.Array]]:
+    def generation(state: RunState, runs: int = 1) -> tuple[RunState, dict[str, jax.Array]]:
         # Mirrored OpenES skips the population matrix: members are built inside rollout chunks.
         path = noise.population_path(with_settings(strategy_built, state.hyper), unravel)
         next_key, k_ask, k_rollout, k_tell = generation_keys(state.key)
@@ -280,7 +303,9 @@ def make_engine(
         # cross devices (left free, XLA would shard the draw and all-gather it for tell).
         population = jax.lax.with_sharding_constraint(population, NamedSharding(mesh, P()))
         obs_stats = norm_stats(state.norm) if normalize_obs else None
-        summary = population_summary(k_rollout, path.params(population), obs_stats)
+        summary = population_summary(
+            k_rollout, path.params(population), obs_stats, runs, state.bounds
+        )
         returns = summary.returns  # replicated: everything below runs on every device
         sstate = path.tell(k_tell, population, to_fitness(returns), sstate)
         norm = norm_update(state.norm, summary) if normalize_obs else state.norm
@@ -295,18 +320,22 @@ def make_engine(
             generation=state.generation + 1,
             gen_best=path.row(population, best),
             hyper=state.hyper,
+            bounds=state.bounds,
         )
         return _strong(new_state), metrics
 
-    def block_one(state: RunState, n_active: jax.Array) -> tuple[RunState, dict[str, jax.Array]]:
+    def block_one(
+        state: RunState, n_active: jax.Array, runs: int = 1
+    ) -> tuple[RunState, dict[str, jax.Array]]:
+        step = functools.partial(generation, runs=runs)
         padding = jax.tree.map(
-            lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(generation, state)[1]
+            lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(step, state)[1]
         )
 
         def body(state, index):
             # ``index`` and ``n_active`` are not batched over seeds, so under vmap this stays a
             # real conditional: padded steps cost nothing and never touch the state.
-            return jax.lax.cond(index < n_active, generation, lambda s: (s, padding), state)
+            return jax.lax.cond(index < n_active, step, lambda s: (s, padding), state)
 
         return jax.lax.scan(body, state, jnp.arange(block))
 
@@ -314,17 +343,20 @@ def make_engine(
         members = jnp.stack([state.strategy.mean, state.gen_best])
         obs_stats = norm_stats(state.norm) if normalize_obs else None
         key = jax.random.wrap_key_data(state.eval_key)
-        result = eval_rollout.population(key, jax.vmap(unravel)(members), eval_episodes, obs_stats)
-        returns = result.returns  # (2, episodes)
-        return {
-            "eval_return": jnp.mean(returns[0]),
-            "eval_best_return": jnp.mean(returns[1]),
-            "eval_return_std": jnp.std(returns[0]),
-        }
+        params = jax.vmap(unravel)(members)
+        # Evaluation episodes are drawn with this run's bounds when the sampler is the same.
+        same = eval_rollout.env_params_sampler is sampler
+        result = eval_rollout.population(
+            key, params, eval_episodes, obs_stats, bounds=state.bounds if same else None
+        )
+        mean, std = mean_and_std(result.returns)  # over episodes, of (mean, best)
+        return {"eval_return": mean[0], "eval_best_return": mean[1], "eval_return_std": std[0]}
 
     def run_block(state, n_active):
-        state, metrics = jax.vmap(block_one, in_axes=(0, None), out_axes=(0, 1))(state, n_active)
-        return state, metrics
+        # Every seed's population steps together inside the rollout's chunks, so the chunks
+        # are sized for all of them (a sweep stacks hundreds of runs here).
+        one = functools.partial(block_one, runs=int(state.generation.shape[0]))
+        return jax.vmap(one, in_axes=(0, None), out_axes=(0, 1))(state, n_active)
 
     # The state lives replicated on the rollout's devices, in and out of every call, so a block
     # fed the previous block's output (or a restored checkpoint) never recompiles.
@@ -336,6 +368,7 @@ def make_engine(
         unravel=unravel,
         num_dims=num_dims,
         hyper_names=hyper_names,
+        bounds=bounds,
         rollouts=int(rollouts),
         block=block,
         eval_episodes=int(eval_episodes),
@@ -369,11 +402,13 @@ def from_host(template: RunState, leaves: list[np.ndarray]) -> RunState:
     """A state shaped like ``template`` from :func:`to_host` leaves (same shapes and dtypes)."""
     expected = jax.tree.leaves(template)
     treedef = jax.tree.structure(template)
-    missing = len(jax.tree.leaves(template.hyper))
-    if missing and len(leaves) == len(expected) - missing:
-        # A checkpoint from before settings were state: its values are the config's own, which
-        # is what ``template`` holds (the hyper leaves come last).
-        leaves = [*leaves, *(np.asarray(x) for x in expected[-missing:])]
+    # A checkpoint from before settings (or the sampler's bounds) were state: their values are
+    # the config's own, which is what ``template`` holds (those leaves come last).
+    bounds = len(jax.tree.leaves(template.bounds))
+    for missing in (bounds, bounds + len(jax.tree.leaves(template.hyper))):
+        if missing and len(leaves) == len(expected) - missing:
+            leaves = [*leaves, *(np.asarray(x) for x in expected[-missing:])]
+            break
     if len(leaves) != len(expected):
         raise ValueError(f"checkpoint holds {len(leaves)} arrays, this run needs {len(expected)}")
     for i, (got, want) in enumerate(zip(leaves, expected, strict=True)):

@@ -43,6 +43,28 @@ def to_return(fitness: jax.Array) -> jax.Array:
     return -fitness
 
 
+def ordered_sum(x: jax.Array) -> jax.Array:
+    """Sum over the last axis by halving, in an order that no ``vmap`` around it can change.
+
+    XLA vectorises a plain reduction differently for different batch sizes, so a run's
+    reported means would round differently alone than stacked with 80 others in a sweep;
+    elementwise adds of the two halves are the same bits whatever the batch.
+    """
+    size = x.shape[-1]
+    padded = 1 << max(0, (size - 1).bit_length())
+    x = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, padded - size)])
+    while x.shape[-1] > 1:
+        half = x.shape[-1] // 2
+        x = x[..., :half] + x[..., half:]
+    return x[..., 0]
+
+
+def mean_and_std(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Mean and (population) standard deviation over the last axis, by :func:`ordered_sum`."""
+    mean = ordered_sum(x) / x.shape[-1]
+    return mean, jnp.sqrt(ordered_sum((x - mean[..., None]) ** 2) / x.shape[-1])
+
+
 def return_stats(returns: jax.Array) -> dict[str, jax.Array]:
     """Scalar summaries of the members' returns for metrics, over finite members only.
 
@@ -52,8 +74,9 @@ def return_stats(returns: jax.Array) -> dict[str, jax.Array]:
     finite = jnp.isfinite(returns)
     count = jnp.sum(finite)
     safe = jnp.where(finite, returns, 0.0)
-    mean = jnp.sum(safe) / jnp.maximum(count, 1)
-    var = jnp.sum(jnp.where(finite, (returns - mean) ** 2, 0.0)) / jnp.maximum(count, 1)
+    # Fixed-order sums: the same bits for a run alone and for the same run in a sweep.
+    mean = ordered_sum(safe) / jnp.maximum(count, 1)
+    var = ordered_sum(jnp.where(finite, (returns - mean) ** 2, 0.0)) / jnp.maximum(count, 1)
     best = jnp.max(jnp.where(finite, returns, -jnp.inf))
     nan = jnp.array(jnp.nan, jnp.float32)
     return {

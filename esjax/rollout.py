@@ -204,7 +204,7 @@ class PopulationRollout:
         self._population = jax.jit(
             self._population_impl, static_argnames=("num_rollouts", "trajectory")
         )
-        self._summary = jax.jit(self._summary_impl, static_argnames=("num_rollouts",))
+        self._summary = jax.jit(self._summary_impl, static_argnames=("num_rollouts", "runs"))
 
     # ------------------------------------------------------------------ public API
     def init_params(self, key: jax.Array) -> PyTree:
@@ -242,18 +242,21 @@ class PopulationRollout:
         num_rollouts: int = 1,
         obs_stats: ObsStats | None = None,
         trajectory: bool = False,
+        bounds: dict[str, jax.Array] | None = None,
     ) -> RolloutResult:
         """Every member (leading axis of ``pop_params``) for ``num_rollouts`` episodes each.
 
         ``key`` is one key (split as :meth:`rollout_keys` does) or every member's rollout keys,
         shape ``(popsize, num_rollouts)``, for callers that choose episode starts per member.
-        Results stay sharded over the devices, member by member.
+        Results stay sharded over the devices, member by member. ``bounds`` replaces some of
+        the env sampler's bounds (see :meth:`sample_env_params`).
         """
         _check_positive("num_rollouts", num_rollouts)
         return self._population(
             key,
             pop_params,
             self._stats(obs_stats),
+            bounds or {},
             num_rollouts=num_rollouts,
             trajectory=trajectory,
         )
@@ -264,16 +267,24 @@ class PopulationRollout:
         pop_params: PyTree,
         num_rollouts: int = 1,
         obs_stats: ObsStats | None = None,
+        runs: int = 1,
+        bounds: dict[str, jax.Array] | None = None,
     ) -> PopulationSummary:
         """``population`` reduced on each device, then made the same on every device.
 
         Each device averages its members' returns over their rollouts and sums their lengths
         and observation sums; then one all-gather of one float per member and one all-reduce
         of ``1 + 2 * obs_size`` numbers. Padding members never enter either. ``key`` as in
-        :meth:`population`.
+        :meth:`population`. ``runs``: how many calls a ``vmap`` around this one batches
+        together (seeds, sweep configurations); chunks shrink so that all of them together
+        stay cache-sized (:meth:`auto_chunk_size`). ``bounds`` as in :meth:`population`.
         """
         _check_positive("num_rollouts", num_rollouts)
-        return self._summary(key, pop_params, self._stats(obs_stats), num_rollouts=num_rollouts)
+        _check_positive("runs", runs)
+        stats = self._stats(obs_stats)
+        return self._summary(
+            key, pop_params, stats, bounds or {}, num_rollouts=num_rollouts, runs=int(runs)
+        )
 
     def rollout_keys(self, key: jax.Array, popsize: int, num_rollouts: int) -> jax.Array:
         """The per-rollout keys ``population`` uses: shared across members or one per member."""
@@ -281,16 +292,26 @@ class PopulationRollout:
             return jax.random.split(key, num_rollouts)
         return jax.random.split(key, (popsize, num_rollouts))
 
-    def sample_env_params(self, key: jax.Array) -> Any:
-        """The env params a rollout with this key runs on."""
+    def sample_env_params(self, key: jax.Array, bounds: dict[str, jax.Array] | None = None) -> Any:
+        """The env params a rollout with this key runs on.
+
+        ``bounds`` (possibly traced) replace the sampler's own through its ``with_bounds``
+        (:class:`esjax.tasks.ParamSampler`), so runs that differ only in a sampler's range
+        share one compiled rollout.
+        """
         if self.env_params_sampler is None:
             return self.env_params
-        return self.env_params_sampler(key, self.env_params)
+        sampler = self.env_params_sampler
+        if bounds:
+            sampler = sampler.with_bounds(bounds)
+        return sampler(key, self.env_params)
 
-    def auto_chunk_size(self, popsize: int, params: PyTree) -> int:
+    def auto_chunk_size(self, popsize: int, params: PyTree, runs: int = 1) -> int:
         """Members per chunk: cache-sized on CPU; the whole population if small or on a GPU.
 
         ``params`` has a leading member axis (arrays or shape structs: only shapes are read).
+        Under a ``vmap`` over ``runs`` populations (seeds, sweep configurations) each chunk
+        step holds ``runs`` times its members, so the cache's share of one run is divided.
         """
         if self.chunk_size is not None:
             return max(1, min(int(self.chunk_size), popsize))
@@ -300,8 +321,11 @@ class PopulationRollout:
             return int(popsize)
         leaves = jax.tree.leaves(params)
         member_bytes = sum(math.prod(leaf.shape[1:]) * leaf.dtype.itemsize for leaf in leaves) or 1
-        # A power of two divides the usual popsizes, so no ragged last chunk is compiled.
-        chunk = 1 << max(3, (CHUNK_PARAM_BYTES // member_bytes).bit_length() - 1)
+        runs = max(1, int(runs))
+        # A power of two divides the usual popsizes, so no ragged last chunk is compiled; at
+        # least 8 members step together over all runs.
+        fits = (CHUNK_PARAM_BYTES // (member_bytes * runs)).bit_length() - 1
+        chunk = 1 << max(0, fits, (8 // runs).bit_length() - 1)
         return int(min(popsize, chunk))
 
     # ------------------------------------------------------------------ implementation
@@ -325,10 +349,10 @@ class PopulationRollout:
             )
         return obs, state, reward, jnp.logical_or(terminated, truncated)
 
-    def _single_impl(self, key, params, obs_stats, trajectory=False):
+    def _single_impl(self, key, params, obs_stats, trajectory=False, bounds=None):
         policy = self.policy
         k_params, k_reset, k_episode = jax.random.split(key, 3)
-        env_params = self.sample_env_params(k_params)
+        env_params = self.sample_env_params(k_params, bounds)
         obs, env_state = self.env.reset(k_reset, env_params)
         obs = jnp.asarray(obs, jnp.float32).reshape(-1)
         zero = jnp.zeros((), jnp.float32)
@@ -383,9 +407,9 @@ class PopulationRollout:
         keys = jax.random.split(key, num_rollouts)
         return self._over_keys(keys, params, obs_stats, trajectory)
 
-    def _over_keys(self, keys, params, obs_stats, trajectory):
-        return jax.vmap(self._single_impl, in_axes=(0, None, None, None))(
-            keys, params, obs_stats, trajectory
+    def _over_keys(self, keys, params, obs_stats, trajectory, bounds=None):
+        return jax.vmap(self._single_impl, in_axes=(0, None, None, None, None))(
+            keys, params, obs_stats, trajectory, bounds
         )
 
     def _keys(self, key, popsize, num_rollouts):
@@ -400,22 +424,23 @@ class PopulationRollout:
             )
         return key
 
-    def _population_impl(self, key, pop_params, obs_stats, num_rollouts, trajectory=False):
+    def _population_impl(self, key, pop_params, obs_stats, bounds, num_rollouts, trajectory=False):
         popsize = _popsize(pop_params)
         keys = self._keys(key, popsize, num_rollouts)
 
-        def local(keys, params, obs_stats, valid, axis):
-            return self._population_local(keys, params, obs_stats, trajectory)
+        def local(keys, params, inputs, valid, axis):
+            return self._population_local(keys, params, *inputs, trajectory)
 
-        result = self._over_devices(local, keys, pop_params, obs_stats, P(_POP_AXIS))
+        inputs = (obs_stats, bounds)
+        result = self._over_devices(local, keys, pop_params, inputs, P(_POP_AXIS))
         return jax.tree.map(lambda x: x[:popsize], result)
 
-    def _summary_impl(self, key, pop_params, obs_stats, num_rollouts):
+    def _summary_impl(self, key, pop_params, obs_stats, bounds, num_rollouts, runs=1):
         popsize = _popsize(pop_params)
         keys = self._keys(key, popsize, num_rollouts)
 
-        def local(keys, params, obs_stats, valid, axis):
-            result = self._population_local(keys, params, obs_stats, False)
+        def local(keys, params, inputs, valid, axis):
+            result = self._population_local(keys, params, *inputs, False, runs)
             # Per member and in the member's own order of additions, so it is the same bits on
             # any number of devices; the sums below are partial sums per device.
             returns = member_returns(result.returns)
@@ -427,11 +452,13 @@ class PopulationRollout:
                 lengths, obs_sum, obs_sq = jax.lax.psum((lengths, obs_sum, obs_sq), axis)
             return PopulationSummary(returns, lengths, obs_sum, obs_sq)
 
-        summary = self._over_devices(local, keys, pop_params, obs_stats, P())
+        summary = self._over_devices(local, keys, pop_params, (obs_stats, bounds), P())
         return summary.replace(returns=summary.returns[:popsize])
 
-    def _over_devices(self, local, keys, pop_params, obs_stats, out_specs):
-        """``local(keys, params, obs_stats, valid, axis)`` on each device's share of the members.
+    def _over_devices(self, local, keys, pop_params, inputs, out_specs):
+        """``local(keys, params, inputs, valid, axis)`` on each device's share of the members.
+
+        ``inputs`` (observation statistics, sampler bounds) is the same on every device.
 
         On one device (or fewer members than devices) ``local`` sees every member and ``axis``
         is ``None``. Otherwise each device takes ``ceil(popsize / devices)`` members, ``axis``
@@ -442,19 +469,17 @@ class PopulationRollout:
         popsize = _popsize(pop_params)
         num_devices = len(self.devices)
         if num_devices == 1 or popsize < num_devices:
-            return local(keys, pop_params, obs_stats, jnp.ones(popsize, bool), None)
+            return local(keys, pop_params, inputs, jnp.ones(popsize, bool), None)
         per_device = -(-popsize // num_devices)
         shared = keys.ndim == 1
 
-        def shard(keys, params, obs_stats):
+        def shard(keys, params, inputs):
             # Every device holds the whole population (a generation draws it replicated) and
             # picks its own rows, so nothing is sent; padding repeats the last member.
             index = jax.lax.axis_index(_POP_AXIS) * per_device + jnp.arange(per_device)
             rows = jnp.minimum(index, popsize - 1)
             params = _take(params, rows)
-            return local(
-                keys if shared else keys[rows], params, obs_stats, index < popsize, _POP_AXIS
-            )
+            return local(keys if shared else keys[rows], params, inputs, index < popsize, _POP_AXIS)
 
         return jax.shard_map(
             shard,
@@ -462,9 +487,9 @@ class PopulationRollout:
             in_specs=(P(), P(), P()),
             out_specs=out_specs,
             check_vma=False,
-        )(keys, pop_params, obs_stats)
+        )(keys, pop_params, inputs)
 
-    def _population_local(self, keys, pop_params, obs_stats, trajectory):
+    def _population_local(self, keys, pop_params, obs_stats, bounds, trajectory, runs=1):
         popsize = _popsize(pop_params)
         if isinstance(pop_params, LazyPopulation):
             # Members are ids; each chunk builds its own members' parameters, so the
@@ -477,19 +502,19 @@ class PopulationRollout:
             def decode(params):
                 return params
 
-        chunk = self.auto_chunk_size(popsize, shapes)
+        chunk = self.auto_chunk_size(popsize, shapes, runs)
 
         if keys.ndim == 1:  # every member runs the same episode keys
 
             def member(ident):
-                return self._over_keys(keys, decode(ident), obs_stats, trajectory)
+                return self._over_keys(keys, decode(ident), obs_stats, trajectory, bounds)
 
             xs = ids
         else:
 
             def member(args):
                 ident, member_keys = args
-                return self._over_keys(member_keys, decode(ident), obs_stats, trajectory)
+                return self._over_keys(member_keys, decode(ident), obs_stats, trajectory, bounds)
 
             xs = (ids, keys)
 

@@ -268,19 +268,25 @@ def read_spec(sweep_dir: str | Path) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------- one program
 def structure(config: dict[str, Any], traced: Sequence[str]) -> str:
-    """What a compiled program depends on: the config without the traced settings' values.
+    """What a compiled program depends on: the config without the traced numbers' values.
 
     The strategy's settings and the task's ``strategy_settings`` (where an override of one
-    is also recorded) are both read without them.
+    is also recorded) are both read without them, and the env sampler without its traced
+    bounds (``"m.low"`` is ``env_sampler.m.low``; the distribution kind stays).
     """
 
     def without(settings: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in settings.items() if k not in traced}
 
     kept = {k: v for k, v in config.items() if k not in ("overrides", "esjax_version")}
+    sampler = {
+        name: {k: v for k, v in dist.items() if f"{name}.{k}" not in traced}
+        for name, dist in (config["task"].get("env_sampler") or {}).items()
+    }
     task = {
         **config["task"],
         "strategy_settings": without(config["task"].get("strategy_settings") or {}),
+        "env_sampler": sampler,
     }
     strategy = {**config["strategy"], "settings": without(config["strategy"]["settings"])}
     return json.dumps({**kept, "task": task, "strategy": strategy}, sort_keys=True)
@@ -289,10 +295,12 @@ def structure(config: dict[str, Any], traced: Sequence[str]) -> str:
 def programs(grid: Sequence[Configuration], resolved: Sequence[dict[str, Any]]) -> list:
     """``[(configuration indices, engine)]``: configurations that one program runs together.
 
-    Configurations share a program when their configs differ only in settings the engine
-    holds as arrays (:func:`esjax.strategies.traced_settings`, found by tracing the strategy,
-    not from a list): learning rate, std, decays, momentum, ... Anything else (hidden sizes,
-    popsize, strategy, task fields, generations) gives a program of its own.
+    Configurations share a program when their configs differ only in numbers the engine
+    holds as arrays: strategy settings (:func:`esjax.strategies.traced_settings`, found by
+    tracing the strategy, not from a list: learning rate, std, decays, momentum, ...) and the
+    env sampler's bounds (:meth:`esjax.tasks.ParamSampler.bounds`: ``low``/``high`` of every
+    distribution but ``choice``). Anything else (hidden sizes, popsize, strategy, a
+    distribution's kind, other task fields, generations) gives a program of its own.
     """
     from esjax.evolve import build_engine
 
@@ -304,8 +312,8 @@ def programs(grid: Sequence[Configuration], resolved: Sequence[dict[str, Any]]) 
                 break
         else:
             _, engine = build_engine(config)
-            found.append((structure(config, engine.hyper_names), engine.hyper_names, [index],
-                          engine))  # fmt: skip
+            traced = engine.traced_names
+            found.append((structure(config, traced), traced, [index], engine))
     return [(members, engine) for _, _, members, engine in found]
 
 
@@ -313,6 +321,16 @@ def _rows_of(tree: Any, part: slice, axis: int = 0) -> Any:
     import jax
 
     return jax.tree.map(lambda x: np.asarray(x)[(slice(None),) * axis + (part,)], tree)
+
+
+def traced_values(config: dict[str, Any], engine: Any) -> dict[str, float]:
+    """A config's values of the numbers that are arrays in ``engine``'s program."""
+    values = {n: config["strategy"]["settings"][n] for n in engine.hyper_names}
+    sampler = config["task"].get("env_sampler") or {}
+    for name in engine.bounds:
+        param, field = name.rsplit(".", 1)
+        values[name] = float(sampler[param][field])
+    return values
 
 
 def run_program(
@@ -349,8 +367,7 @@ def run_program(
             else:
                 run = Run.create(run_dir, config, overwrite=run_dir.exists(), **timing)
             stack.enter_context(run)
-            values = {n: run.config["strategy"]["settings"][n] for n in engine.hyper_names}
-            run.begin(engine.with_values(values))
+            run.begin(engine.with_values(traced_values(run.config, engine)))
             opened.append(run)
         signals = stack.enter_context(StopSignals())
         by_generation: dict[int, list[Run]] = {}

@@ -7,7 +7,9 @@ not code.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -60,21 +62,63 @@ def check_param_names(names: list[str], env_params: Any, where: str) -> None:
             )
 
 
-def make_sampler(distributions: Mapping[str, ParamDistribution]) -> EnvParamsSampler | None:
-    """``(key, default_params) -> params`` with each named field drawn from its distribution."""
-    if not distributions:
-        return None
-    items = sorted(distributions.items())
+@dataclass(frozen=True)
+class ParamSampler:
+    """``(key, default_params) -> params`` with each named field drawn from its distribution.
 
-    def sample(key: jax.Array, default_params: Any) -> Any:
-        keys = jax.random.split(key, len(items))
+    A distribution's numeric fields (``low``, ``high``) are its *bounds*: they only change
+    numbers inside a compiled rollout, so they may be arrays (:meth:`with_bounds`) and runs
+    that differ only in them are one vmapped program. The distribution kind and a ``choice``
+    list decide structure and stay constants. Bounds are named ``"<param>.<field>"``.
+    """
+
+    distributions: tuple[tuple[str, ParamDistribution], ...]
+
+    def __call__(self, key: jax.Array, default_params: Any) -> Any:
+        keys = jax.random.split(key, len(self.distributions))
         values = {}
-        for k, (name, dist) in zip(keys, items, strict=True):
+        for k, (name, dist) in zip(keys, self.distributions, strict=True):
             current = getattr(default_params, name)
             values[name] = _draw(dist, k).astype(jnp.result_type(current))
         return default_params.replace(**values)
 
-    return sample
+    def bounds(self) -> dict[str, float]:
+        """The bounds by name, with this sampler's values."""
+        return {
+            f"{name}.{field}": float(getattr(dist, field))
+            for name, dist in self.distributions
+            for field in BOUND_FIELDS
+            if dist.dist != "choice"
+        }
+
+    def with_bounds(self, values: Mapping[str, Any]) -> ParamSampler:
+        """This sampler with some bounds replaced (by traced arrays, inside a trace)."""
+        if not values:
+            return self
+        unknown = sorted(set(values) - set(self.bounds()))
+        if unknown:
+            raise ValueError(f"not bounds of this sampler: {', '.join(unknown)}")
+        return ParamSampler(
+            tuple(
+                (name, dataclasses.replace(dist, **_fields_of(name, values)))
+                for name, dist in self.distributions
+            )
+        )
+
+
+# The numeric fields of a ParamDistribution that only change numbers (never a shape or branch).
+BOUND_FIELDS = ("low", "high")
+
+
+def _fields_of(name: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    return {f: values[f"{name}.{f}"] for f in BOUND_FIELDS if f"{name}.{f}" in values}
+
+
+def make_sampler(distributions: Mapping[str, ParamDistribution]) -> ParamSampler | None:
+    """A :class:`ParamSampler` for the named distributions (``None`` for none)."""
+    if not distributions:
+        return None
+    return ParamSampler(tuple(sorted(distributions.items())))
 
 
 def fixed_env_params(config: TaskConfig, default_params: Any, source: str = "task") -> Any:

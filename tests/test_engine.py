@@ -248,3 +248,16 @@ def test_two_cpu_devices_with_seeds(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "ok" in done.stdout
+
+
+def test_reported_sums_are_the_same_bits_at_any_number_of_stacked_runs():
+    """A run's metrics must not round differently alone than inside an 80-run sweep."""
+    from esjax.fitness import ordered_sum
+
+    x = jax.random.normal(jax.random.key(0), (80, 300)) * 100.0
+    summed = jax.jit(jax.vmap(ordered_sum))
+    every = np.asarray(summed(x))
+    for runs in (1, 5, 16):
+        np.testing.assert_array_equal(np.asarray(summed(x[:runs])), every[:runs])
+    np.testing.assert_allclose(every, np.asarray(x, np.float64).sum(-1), rtol=0, atol=1e-2)
+    assert float(ordered_sum(jnp.ones(5))) == 5.0

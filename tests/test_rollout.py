@@ -30,6 +30,7 @@ import numpy as np
 import pytest
 
 import esjax
+import esjax.rollout as rollout_module
 from esjax.policies import LSTM, MLP
 
 RTOL = 1e-5
@@ -624,3 +625,14 @@ def test_chunks_population_to_cache_on_cpu_only():
     assert gpu.auto_chunk_size(4096, pop) == 4096
     pinned = esjax.PopulationRollout("Pendulum-v1", policy, 10, chunk_size=64)
     assert pinned.auto_chunk_size(4096, pop) == 64
+
+
+def test_chunks_shrink_with_the_runs_a_vmap_steps_together():
+    """Seeds or sweep configurations vmapped around a rollout share its cache-sized chunk."""
+    cpu = esjax.PopulationRollout("Pendulum-v1", MLP((32, 32)), 10)
+    params = jax.vmap(cpu.init_params)(jax.random.split(jax.random.key(0), 2))
+    alone = cpu.auto_chunk_size(4096, params)
+    member_bytes = sum(x[0].nbytes for x in jax.tree.leaves(params))
+    assert alone * member_bytes <= rollout_module.CHUNK_PARAM_BYTES < 2 * alone * member_bytes
+    assert cpu.auto_chunk_size(4096, params, runs=16) == alone // 16
+    assert cpu.auto_chunk_size(4096, params, runs=10 * alone) == 1

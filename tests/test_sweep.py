@@ -181,6 +181,59 @@ def test_numeric_settings_share_a_program_and_shapes_do_not():
     assert "l2_penalty" not in found[0][1].hyper_names
 
 
+# Pendulum with its mass drawn per episode from [low, 2]: the sweep varies ``low``.
+SAMPLER = ["env_sampler.m.dist=uniform", "env_sampler.m.low=1.0", "env_sampler.m.high=2.0"]
+
+
+def test_env_sampler_bounds_share_a_program_and_its_kind_does_not():
+    from esjax.evolve import resolve_config
+
+    def found(vary):
+        grid = sweeps.configurations(vary)
+        resolved = [
+            resolve_config(
+                "pendulum", popsize=8, overrides=[*TINY["overrides"], *SAMPLER, *c.overrides]
+            )
+            for c in grid
+        ]
+        return sweeps.programs(grid, resolved)
+
+    (members, engine), *others = found(["env_sampler.m.low=0.5,1.5", "env_sampler.m.high=2,3"])
+    assert members == [0, 1, 2, 3] and not others
+    assert set(engine.bounds) == {"m.low", "m.high"}
+    assert [m for m, _ in found(["env_sampler.m.dist=uniform,log_uniform"])] == [[0], [1]]
+
+
+def test_env_sampler_bound_sweep_equals_each_run_alone(tmp_path, monkeypatch):
+    from esjax import rollout
+    from esjax.evolve import evolve
+
+    # Chunks of a few members, so the sweep's 4 stacked runs (2 bounds x 2 seeds) step
+    # through the population in smaller chunks than a run alone does: results must not care.
+    monkeypatch.setattr(rollout, "CHUNK_PARAM_BYTES", 8 * 4868)  # 8 members of the 32-32 MLP
+    shared = dict(popsize=8, generations=2, rollouts=1, seeds=2)
+    overrides = [*TINY["overrides"], *SAMPLER]
+    programs = []
+    record = sweeps.sweep(
+        "pendulum",
+        ["env_sampler.m.low=0.5,1.5"],
+        out=tmp_path / "sw",
+        overrides=overrides,
+        test_episodes=4,
+        on_configuration=lambda *args: programs.append(args),
+        **shared,
+    )
+    assert len(programs) == 1  # both bounds ran as one program
+    runs = [tmp_path / "sw" / c["run_dir"] for c in record["configurations"]]
+    alone = tmp_path / "alone"
+    evolve("pendulum", out=alone, overrides=[*overrides, "env_sampler.m.low=1.5"], **shared)
+    assert rows_without_wall(runs[1]) == rows_without_wall(alone)  # bit for bit
+    for name in ("final_policy.msgpack", "best_policy.msgpack"):
+        assert (runs[1] / name).read_bytes() == (alone / name).read_bytes()
+    # The bound reached the rollouts: the other value trained on other episodes.
+    assert rows_without_wall(runs[0]) != rows_without_wall(runs[1])
+
+
 def test_a_live_sweep_directory_is_refused(finished, tmp_path):
     import shutil
 
