@@ -18,6 +18,9 @@ from test_cli import SMALL, assert_clean_error, esjax
 from esjax import trackers
 from esjax.config import ConfigError
 
+# The module-scoped fixture is built once: every test here runs on one xdist worker.
+pytestmark = pytest.mark.xdist_group("trackers")
+
 TRACKED = (*SMALL, "--generations", "3", "--seeds", "2")
 
 
