@@ -14,6 +14,9 @@ from esjax.config import ConfigError
 from esjax.evolve import Interrupted, RunSummary, evaluate_run, evolve
 from esjax.runs import load_metrics, load_policy, read_run_config
 
+# The module-scoped fixture is built once: every test here runs on one xdist worker.
+pytestmark = pytest.mark.xdist_group("runs")
+
 SMALL = [
     "episode_length=16",
     "policy.hidden=[8]",

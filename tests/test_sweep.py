@@ -15,6 +15,9 @@ from test_cli import SMALL, assert_clean_error, esjax
 from esjax import sweeps
 from esjax.config import ConfigError
 
+# The module-scoped fixture is built once: every test here runs on one xdist worker.
+pytestmark = pytest.mark.xdist_group("sweep")
+
 TINY = {
     "popsize": 8,
     "generations": 3,

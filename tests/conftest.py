@@ -1,0 +1,31 @@
+"""Settings every test file shares: one compilation cache per pytest process.
+
+The tests run in parallel worker processes (pytest-xdist). JAX writes a persistent-cache entry
+in place, so a worker could read an entry another worker is still writing; and the tests should
+not fill the user's own cache. Each pytest process therefore points ``ESJAX_CACHE_DIR`` at a
+fresh directory of its own, which the CLI processes it starts inherit, and removes it at exit.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+_CACHE_DIR = "ESJAX_CACHE_DIR"  # esjax.cache.ENV_DIR, without importing esjax this early
+
+
+def pytest_configure(config):
+    config._esjax_cache = tempfile.mkdtemp(prefix="esjax-test-xla-")
+    config._esjax_saved = os.environ.get(_CACHE_DIR)
+    os.environ[_CACHE_DIR] = config._esjax_cache
+
+
+def pytest_unconfigure(config):
+    saved = getattr(config, "_esjax_saved", None)
+    if saved is None:
+        os.environ.pop(_CACHE_DIR, None)
+    else:
+        os.environ[_CACHE_DIR] = saved
+    if getattr(config, "_esjax_cache", None):
+        shutil.rmtree(config._esjax_cache, ignore_errors=True)
