@@ -201,7 +201,9 @@ def _observation_image(env_id: str) -> Callable[[Any, Any], Update]:
     """MinAtar games, Catch and DeepSea: the env's own observation grid, drawn from the state."""
 
     def build(ax: Any, params: Any) -> Update:
-        import gymnax
+        from esjax.rollout import import_gymnax
+
+        gymnax = import_gymnax()
 
         env = gymnax.make(env_id)[0]
         obs = np.asarray(env.get_obs(env.reset(_key(), params)[1], params))
@@ -230,7 +232,9 @@ def _maze(env_id: str) -> Callable[[Any, Any], Update]:
     """FourRooms and MetaMaze: walls from the env's map, the goal and the agent on it."""
 
     def build(ax: Any, params: Any) -> Update:
-        import gymnax
+        from esjax.rollout import import_gymnax
+
+        gymnax = import_gymnax()
 
         env = gymnax.make(env_id)[0]
         walls = 1.0 - np.asarray(env.env_map, np.float32)

@@ -14,7 +14,10 @@ members, and only one return per member crosses devices.
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -96,15 +99,42 @@ def _uses_base_step(env: Any) -> bool:
     stops at the first termination never needs it. Wrappers and foreign envs go through
     their own ``step``.
     """
+    import_gymnax()
     from gymnax.environments.environment import Environment
 
     return isinstance(env, Environment) and type(env).step is Environment.step
 
 
+class _DeferredModule(types.ModuleType):
+    """A stand-in that imports the real module on its first attribute access."""
+
+    def __getattr__(self, name: str) -> Any:
+        del sys.modules[self.__name__]
+        real = importlib.import_module(self.__name__)
+        return getattr(real, name)
+
+
+def import_gymnax() -> Any:
+    """gymnax, with seaborn imported only if something uses it.
+
+    Importing gymnax imports every env module, and its Pong module imports seaborn (and with
+    it scipy.stats and pandas) for drawing: over a second of every command's start-up here,
+    for a library no rollout calls. A stand-in takes seaborn's place in ``sys.modules`` while
+    gymnax loads and brings in the real seaborn the first time anything reads from it.
+    """
+    if "seaborn" not in sys.modules and importlib.util.find_spec("seaborn") is not None:
+        stand_in = _DeferredModule("seaborn")
+        stand_in.__spec__ = importlib.util.find_spec("seaborn")
+        sys.modules["seaborn"] = stand_in
+    import gymnax
+
+    return gymnax
+
+
 def make_env(env: str | Any, env_kwargs: dict | None = None) -> tuple[Any, Any]:
     """An env object and its default params from a gymnax id, or an env object as given."""
     if isinstance(env, str):
-        import gymnax
+        gymnax = import_gymnax()
 
         if env not in gymnax.registered_envs:
             raise ConfigError(
