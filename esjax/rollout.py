@@ -109,8 +109,12 @@ class _DeferredModule(types.ModuleType):
     """A stand-in that imports the real module on its first attribute access."""
 
     def __getattr__(self, name: str) -> Any:
-        del sys.modules[self.__name__]
-        real = importlib.import_module(self.__name__)
+        # Importers that bound the stand-in keep it, so every access after the first finds the
+        # real module already in ``sys.modules`` and must not import (or drop) it again.
+        real = sys.modules.get(self.__name__)
+        if real is None or real is self:
+            sys.modules.pop(self.__name__, None)
+            real = importlib.import_module(self.__name__)
         return getattr(real, name)
 
 
@@ -122,9 +126,10 @@ def import_gymnax() -> Any:
     for a library no rollout calls. A stand-in takes seaborn's place in ``sys.modules`` while
     gymnax loads and brings in the real seaborn the first time anything reads from it.
     """
-    if "seaborn" not in sys.modules and importlib.util.find_spec("seaborn") is not None:
+    spec = None if "seaborn" in sys.modules else importlib.util.find_spec("seaborn")
+    if spec is not None:
         stand_in = _DeferredModule("seaborn")
-        stand_in.__spec__ = importlib.util.find_spec("seaborn")
+        stand_in.__spec__ = spec
         sys.modules["seaborn"] = stand_in
     import gymnax
 

@@ -636,3 +636,23 @@ def test_chunks_shrink_with_the_runs_a_vmap_steps_together():
     assert alone * member_bytes <= rollout_module.CHUNK_PARAM_BYTES < 2 * alone * member_bytes
     assert cpu.auto_chunk_size(4096, params, runs=16) == alone // 16
     assert cpu.auto_chunk_size(4096, params, runs=10 * alone) == 1
+
+
+def test_gymnax_loads_without_seaborn_until_something_reads_it():
+    """The stand-in keeps seaborn unexecuted through gymnax's import, then is the real one."""
+    script = (
+        "import sys\n"
+        "from esjax.rollout import import_gymnax\n"
+        "import_gymnax()\n"
+        "import gymnax.environments.misc.pong as pong\n"
+        "assert 'seaborn.palettes' not in sys.modules\n"
+        "first = pong.sns.color_palette('cubehelix', 3)\n"
+        "real = sys.modules['seaborn']\n"
+        "assert 'seaborn.palettes' in sys.modules and real is not pong.sns\n"
+        "assert pong.sns.color_palette('cubehelix', 3) == first\n"
+        "assert sys.modules['seaborn'] is real\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "ok"
