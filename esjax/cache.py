@@ -11,9 +11,15 @@ cannot be created or written is a warning and the command runs uncached.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import hashlib
+import json
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ENV_DISABLE = "ESJAX_NO_CACHE"
 ENV_DIR = "ESJAX_CACHE_DIR"
@@ -106,3 +112,50 @@ def disable_compilation_cache() -> None:
     import jax
 
     jax.config.update("jax_compilation_cache_dir", None)
+
+
+def remembered(kind: str, key: Any, compute: Callable[[], Any]) -> Any:
+    """``compute()``, or its JSON result from an earlier process with the same ``key``.
+
+    For start-up work that, like compilation, depends only on a config and the code: it is kept
+    beside the compilation cache, in the same directory and only while that cache is on, keyed
+    by ``kind``, ``key``, this package's source and the versions of JAX and evosax. A file that
+    cannot be read or written is recomputed or skipped, never an error.
+    """
+    import jax
+
+    directory = jax.config.jax_compilation_cache_dir
+    if not directory:
+        return compute()
+    digest = hashlib.sha256(
+        json.dumps([kind, key, _code_fingerprint()], sort_keys=True, default=repr).encode()
+    ).hexdigest()[:32]
+    path = Path(directory) / "esjax-remembered" / f"{kind}-{digest}.json"
+    try:
+        return json.loads(path.read_text())["value"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    value = compute()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        partial.write_text(json.dumps({"value": value}))
+        os.replace(partial, path)
+    except (OSError, TypeError, ValueError):
+        pass
+    return value
+
+
+@functools.cache
+def _code_fingerprint() -> str:
+    """This package's source and the versions it computes with, as one digest."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    h = hashlib.sha256()
+    for source in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(source.name.encode())
+        h.update(source.read_bytes())
+    for package in ("jax", "jaxlib", "evosax", "flax", "gymnax", "optax"):
+        with contextlib.suppress(PackageNotFoundError):
+            h.update(f"{package}={version(package)}".encode())
+    return h.hexdigest()

@@ -212,10 +212,22 @@ class Engine:
         return state.strategy.mean
 
 
-def flat_template(rollout: PopulationRollout, key: jax.Array) -> tuple[jax.Array, Callable]:
-    """A member's initial parameters as a flat vector, and how to unravel one."""
-    flat, unravel = ravel_pytree(rollout.init_params(key))
-    return flat.astype(jnp.float32), unravel
+def flat_template(
+    rollout: PopulationRollout, key: jax.Array
+) -> tuple[jax.ShapeDtypeStruct, Callable]:
+    """A member's flat parameter vector (its shape only) and how to unravel one.
+
+    Found by tracing the policy's initialiser, not running it: run eagerly, every one of its
+    small ops would be a program of its own to compile (or read from the cache) at start-up.
+    """
+    found = {}
+
+    def flat_init(k):
+        flat, found["unravel"] = ravel_pytree(rollout.init_params(k))
+        return flat.astype(jnp.float32)
+
+    shape = jax.eval_shape(flat_init, key)
+    return shape, found["unravel"]
 
 
 def make_engine(
@@ -310,8 +322,7 @@ def make_engine(
         sstate = path.tell(k_tell, population, to_fitness(returns), sstate)
         norm = norm_update(state.norm, summary) if normalize_obs else state.norm
         best = jnp.argmax(jnp.where(jnp.isfinite(returns), returns, -jnp.inf))
-        metrics = return_stats(returns)
-        metrics["env_steps"] = summary.lengths.astype(jnp.int32)
+        metrics = generation_metrics(returns, summary.lengths)
         new_state = RunState(
             strategy=sstate,
             norm=norm,
@@ -328,9 +339,11 @@ def make_engine(
         state: RunState, n_active: jax.Array, runs: int = 1
     ) -> tuple[RunState, dict[str, jax.Array]]:
         step = functools.partial(generation, runs=runs)
-        padding = jax.tree.map(
-            lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(step, state)[1]
-        )
+        # The metrics' shapes, without tracing a whole generation a second time to find them.
+        returns = jax.ShapeDtypeStruct((popsize,), jnp.float32)
+        lengths = jax.ShapeDtypeStruct((), jnp.int32)
+        shapes = jax.eval_shape(generation_metrics, returns, lengths)
+        padding = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
         def body(state, index):
             # ``index`` and ``n_active`` are not batched over seeds, so under vmap this stays a
@@ -380,6 +393,11 @@ def make_engine(
         run_block=jax.jit(run_block, out_shardings=replicated),
         evaluate=jax.jit(jax.vmap(evaluate_one)),
     )
+
+
+def generation_metrics(returns: jax.Array, lengths: jax.Array) -> dict[str, jax.Array]:
+    """What a generation reports: its members' return statistics and the env steps it took."""
+    return {**return_stats(returns), "env_steps": lengths.astype(jnp.int32)}
 
 
 def _strong(tree: PyTree) -> PyTree:

@@ -370,16 +370,16 @@ def saved_policy_inputs(
     """
     import jax
     import jax.numpy as jnp
-    from jax.flatten_util import ravel_pytree
 
-    from esjax.engine import seed_keys
+    from esjax.engine import flat_template, seed_keys
     from esjax.rollout import ObsStats
 
     config, rollout = built
     _, flat, stats = runs.read_policy(run_dir, which, seed)
-    _, unravel = ravel_pytree(rollout.init_params(jax.random.key(0)))
-    flat = jnp.zeros_like(jnp.asarray(flat)) if zero else jnp.asarray(flat)
-    params = jax.tree.map(lambda x: x[None], unravel(flat))
+    _, unravel = flat_template(rollout, jax.random.key(0))
+    flat = np.zeros_like(flat) if zero else flat
+    # One program for the whole unravel (eagerly, every leaf's slice would be its own).
+    params = jax.jit(lambda f: jax.tree.map(lambda x: x[None], unravel(f)))(flat)
     obs_stats = ObsStats(*(jnp.asarray(s) for s in stats)) if stats is not None else None
     key = seed_keys(int(config["seed"]) + seed)["test"]
     return key, params, obs_stats

@@ -118,22 +118,43 @@ class _DeferredModule(types.ModuleType):
         return getattr(real, name)
 
 
-def import_gymnax() -> Any:
-    """gymnax, with seaborn imported only if something uses it.
+# Modules gymnax's env files import for drawing only: seaborn (with scipy.stats and pandas) in
+# Pong, matplotlib.pyplot (with its backends and figure machinery) in Catch, Rooms, Pong, ...
+DRAWING_ONLY_MODULES = ("seaborn", "matplotlib.pyplot")
 
-    Importing gymnax imports every env module, and its Pong module imports seaborn (and with
-    it scipy.stats and pandas) for drawing: over a second of every command's start-up here,
-    for a library no rollout calls. A stand-in takes seaborn's place in ``sys.modules`` while
-    gymnax loads and brings in the real seaborn the first time anything reads from it.
+
+def import_gymnax() -> Any:
+    """gymnax, with the modules its envs use only for drawing imported when something reads them.
+
+    Importing gymnax imports every env module, and several import seaborn or pyplot at the top:
+    over a second of every command's start-up here, for libraries no rollout calls. A stand-in
+    takes each one's place in ``sys.modules`` while gymnax loads and brings in the real module
+    the first time anything reads from it.
     """
-    spec = None if "seaborn" in sys.modules else importlib.util.find_spec("seaborn")
-    if spec is not None:
-        stand_in = _DeferredModule("seaborn")
-        stand_in.__spec__ = spec
-        sys.modules["seaborn"] = stand_in
+    if "gymnax" not in sys.modules:
+        for name in DRAWING_ONLY_MODULES:
+            _defer(name)
     import gymnax
 
     return gymnax
+
+
+def _defer(name: str) -> None:
+    """Put a :class:`_DeferredModule` for ``name`` in ``sys.modules`` unless it is loaded."""
+    if name in sys.modules:
+        return
+    parent_name, _, child = name.rpartition(".")
+    try:
+        spec = importlib.util.find_spec(name)  # imports the parent package, if any
+    except (ImportError, ValueError):
+        return
+    if spec is None:
+        return
+    stand_in = _DeferredModule(name)
+    stand_in.__spec__ = spec
+    sys.modules[name] = stand_in
+    if parent_name:  # ``import matplotlib.pyplot`` then ``matplotlib.pyplot.X`` must work too
+        setattr(sys.modules[parent_name], child, stand_in)
 
 
 def make_env(env: str | Any, env_kwargs: dict | None = None) -> tuple[Any, Any]:

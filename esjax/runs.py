@@ -386,14 +386,14 @@ def load_policy(run_dir: str | Path, which: str = "final", seed: int = 0) -> Con
     _, flat, stats = read_policy(run_dir, which, seed)
     rollout = make_rollout(task, deterministic=True, source=f"{run_dir}/{CONFIG}")
     import jax
-    from jax.flatten_util import ravel_pytree
 
-    template = rollout.init_params(jax.random.key(0))
-    flat_template, unravel = ravel_pytree(template)
-    if flat.shape != flat_template.shape:
+    from esjax.engine import flat_template
+
+    template, unravel = flat_template(rollout, jax.random.key(0))
+    if flat.shape != template.shape:
         raise ConfigError(
             f"{run_dir}: saved policy has {flat.size} parameters, the task's policy needs "
-            f"{flat_template.size}"
+            f"{template.size}"
         )
     params = unravel(jax.numpy.asarray(flat))
     obs_stats = ObsStats(*(jax.numpy.asarray(s) for s in stats)) if stats is not None else None

@@ -30,6 +30,7 @@ from flax import struct
 
 from esjax import algorithms
 from esjax.algorithms import OPTIMIZERS, SHAPING_FNS, Setting, settings_table
+from esjax.cache import remembered
 from esjax.cma import resolve_decomposition_every
 from esjax.config import ConfigError, suggest
 from esjax.fitness import grouped_shaping
@@ -476,12 +477,17 @@ def traced_settings(strategy: Strategy) -> tuple[str, ...]:
             return False
         return True
 
-    if works(candidates):
-        return tuple(candidates)
-    found = [name for name in candidates if works([name])]
-    while found and not works(found):  # two that trace alone but not together: keep fewer
-        found.pop()
-    return tuple(found)
+    def search() -> list[str]:
+        if works(candidates):
+            return candidates
+        found = [name for name in candidates if works([name])]
+        while found and not works(found):  # two that trace alone but not together: keep fewer
+            found.pop()
+        return found
+
+    # Tracing the strategy up to a dozen times is a noticeable share of a warm start.
+    key = [strategy.spec.algorithm, strategy.spec.settings, strategy.num_dims, strategy.popsize]
+    return tuple(remembered("traced-settings", key, search))
 
 
 def strategy_cost_hint(

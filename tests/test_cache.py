@@ -137,3 +137,61 @@ def test_cache_dir_follows_xdg_and_the_override(monkeypatch, tmp_path):
     for value, disabled in (("", False), ("0", False), ("1", True), ("yes", True)):
         monkeypatch.setenv(cache.ENV_DISABLE, value)
         assert cache.disabled_by_env() is disabled
+
+
+def test_remembered_keeps_a_result_beside_the_cache_and_only_while_it_is_on(tmp_path):
+    import jax
+
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return ["learning_rate", 0.5]
+
+    saved = jax.config.jax_compilation_cache_dir
+    try:
+        jax.config.update("jax_compilation_cache_dir", None)
+        assert cache.remembered("test", {"a": 1}, compute) == ["learning_rate", 0.5]
+        assert cache.remembered("test", {"a": 1}, compute) == ["learning_rate", 0.5]
+        assert len(calls) == 2  # no cache, nothing kept
+
+        jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+        assert cache.remembered("test", {"a": 1}, compute) == ["learning_rate", 0.5]
+        (kept,) = (tmp_path / "esjax-remembered").iterdir()
+        assert cache.remembered("test", {"a": 1}, compute) == ["learning_rate", 0.5]
+        assert len(calls) == 3  # read back the second time
+        assert cache.remembered("test", {"a": 2}, compute) == ["learning_rate", 0.5]
+        assert len(calls) == 4  # another key is computed
+
+        kept.write_text("{not json")  # a damaged entry is recomputed and rewritten
+        assert cache.remembered("test", {"a": 1}, compute) == ["learning_rate", 0.5]
+        assert len(calls) == 5
+        assert json.loads(kept.read_text()) == {"value": ["learning_rate", 0.5]}
+
+        blocker = tmp_path / "a-file"
+        blocker.write_text("")
+        jax.config.update("jax_compilation_cache_dir", str(blocker))  # cannot hold a directory
+        assert cache.remembered("test", {"a": 1}, compute) == ["learning_rate", 0.5]
+        assert len(calls) == 6
+    finally:
+        jax.config.update("jax_compilation_cache_dir", saved)
+
+
+def test_traced_settings_read_back_equal_the_ones_found_by_tracing(tmp_path):
+    import jax
+
+    from esjax.strategies import build_strategy, load_strategy, traced_settings
+
+    saved = jax.config.jax_compilation_cache_dir
+    try:
+        for name in ("open_es", "cma_es"):
+            strategy = build_strategy(load_strategy(name), 40, 8)
+            jax.config.update("jax_compilation_cache_dir", None)
+            found = traced_settings(strategy)
+            assert "std_init" in found
+            jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+            assert traced_settings(strategy) == found  # computed and written
+            assert traced_settings(strategy) == found  # read back
+        assert len(list((tmp_path / "esjax-remembered").iterdir())) == 2
+    finally:
+        jax.config.update("jax_compilation_cache_dir", saved)

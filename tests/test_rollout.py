@@ -656,3 +656,26 @@ def test_gymnax_loads_without_seaborn_until_something_reads_it():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "ok"
+
+
+def test_gymnax_loads_without_pyplot_until_something_reads_it():
+    """pyplot stays unexecuted through gymnax's import; any way of reaching it gets the real one."""
+    script = (
+        "import sys\n"
+        "from esjax.rollout import import_gymnax\n"
+        "import_gymnax()\n"
+        "import gymnax.environments.bsuite.catch as catch\n"
+        "assert 'matplotlib.figure' not in sys.modules\n"
+        "import matplotlib\n"
+        "matplotlib.use('Agg')\n"
+        "import matplotlib.pyplot\n"
+        "figure = matplotlib.pyplot.figure()\n"
+        "real = sys.modules['matplotlib.pyplot']\n"
+        "assert 'matplotlib.figure' in sys.modules and real is not catch.plt\n"
+        "assert matplotlib.pyplot is real and catch.plt.gcf() is figure\n"
+        "assert matplotlib.get_backend().lower() == 'agg'\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "ok"
