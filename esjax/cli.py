@@ -26,7 +26,27 @@ from rich.text import Text
 
 from esjax.config import ConfigError
 
-_STARTED = time.perf_counter()
+
+def _process_start() -> float:
+    """``time.perf_counter()`` at the moment this process started.
+
+    Importing esjax (JAX, flax) takes a second or more before this module runs, so "process
+    start" is read from the kernel where it says (Linux: ``/proc/self/stat``, to 10 ms). It is
+    this module's import elsewhere, and in a process that imported it long after starting (a
+    notebook, a test session), where the process's age says nothing about esjax.
+    """
+    now = time.perf_counter()
+    try:
+        with open("/proc/self/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: ticks after boot
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - started
+    except (OSError, ValueError, IndexError, AttributeError):
+        return now
+    return now - age if 0.0 <= age < 60.0 else now
+
+
+_STARTED = _process_start()
 EXIT_CONFIG = 2
 EXIT_INTERRUPTED = 130
 EXIT_LOST = 3
