@@ -128,7 +128,7 @@ def remembered(kind: str, key: Any, compute: Callable[[], Any]) -> Any:
     if not directory:
         return compute()
     digest = hashlib.sha256(
-        json.dumps([kind, key, _code_fingerprint()], sort_keys=True, default=repr).encode()
+        json.dumps([kind, key, code_fingerprint()], sort_keys=True, default=repr).encode()
     ).hexdigest()[:32]
     path = Path(directory) / "esjax-remembered" / f"{kind}-{digest}.json"
     try:
@@ -147,7 +147,7 @@ def remembered(kind: str, key: Any, compute: Callable[[], Any]) -> Any:
 
 
 @functools.cache
-def _code_fingerprint() -> str:
+def code_fingerprint() -> str:
     """This package's source and the versions it computes with, as one digest."""
     from importlib.metadata import PackageNotFoundError, version
 

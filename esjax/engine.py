@@ -363,7 +363,7 @@ def make_engine(
             key, params, eval_episodes, obs_stats, bounds=state.bounds if same else None
         )
         mean, std = mean_and_std(result.returns)  # over episodes, of (mean, best)
-        return {"eval_return": mean[0], "eval_best_return": mean[1], "eval_return_std": std[0]}
+        return evaluation_metrics(mean, std)
 
     def run_block(state, n_active):
         # Every seed's population steps together inside the rollout's chunks, so the chunks
@@ -398,6 +398,34 @@ def make_engine(
 def generation_metrics(returns: jax.Array, lengths: jax.Array) -> dict[str, jax.Array]:
     """What a generation reports: its members' return statistics and the env steps it took."""
     return {**return_stats(returns), "env_steps": lengths.astype(jnp.int32)}
+
+
+def evaluation_metrics(mean: jax.Array, std: jax.Array) -> dict[str, jax.Array]:
+    """What an evaluation reports, from the mean and std of the (mean, best) members' returns."""
+    return {"eval_return": mean[0], "eval_best_return": mean[1], "eval_return_std": std[0]}
+
+
+def keep_programs(engine: Engine, key: Any) -> Engine:
+    """``engine`` with its block and evaluation kept across processes (:mod:`esjax.programs`).
+
+    ``key`` must name everything the engine was built from (a run's task, strategy, rollouts
+    and popsize); the arguments' shapes, the devices and the code are added to it.
+    """
+    from esjax.programs import KeptProgram
+
+    returns = jax.ShapeDtypeStruct((engine.popsize,), jnp.float32)
+    metrics = jax.eval_shape(generation_metrics, returns, jax.ShapeDtypeStruct((), jnp.int32))
+    pair = jax.ShapeDtypeStruct((2,), jnp.float32)  # of the (mean, best) members
+    evaluation = jax.tree.structure(jax.eval_shape(evaluation_metrics, pair, pair))
+
+    def block_tree(state: RunState, n_active: jax.Array) -> Any:
+        return jax.tree.structure((state, metrics))
+
+    return dataclasses.replace(
+        engine,
+        run_block=KeptProgram(engine.run_block, "block", key, block_tree),
+        evaluate=KeptProgram(engine.evaluate, "evaluation", key, lambda state: evaluation),
+    )
 
 
 def _strong(tree: PyTree) -> PyTree:

@@ -188,7 +188,7 @@ _FITS: set[str] = set()
 
 
 def _build_engine(config: dict[str, Any]):
-    from esjax.engine import make_engine
+    from esjax.engine import keep_programs, make_engine
     from esjax.strategies import build_strategy, strategy_cost_hint
     from esjax.tasks import make_rollout
 
@@ -206,6 +206,9 @@ def _build_engine(config: dict[str, Any]):
         eval_episodes=task.evaluation.episodes,
         normalize_obs=task.normalize_obs,
     )
+    # Later processes with this config read its programs back instead of tracing them again.
+    built_from = {k: config.get(k) for k in ("task", "strategy", "rollouts", "popsize")}
+    engine = keep_programs(engine, built_from)
     steps = config["rollouts"] * engine.rollout.episode_length
     hint = strategy_cost_hint(spec, engine.num_dims, engine.popsize, steps)
     if hint:

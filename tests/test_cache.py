@@ -37,6 +37,11 @@ RUN_ONCE = textwrap.dedent(
         elif name == "/jax/compilation_cache/cache_misses":
             events["misses"] += 1
     jax.monitoring.register_event_listener(count)
+    traced = set()  # the Python functions this process traced
+    def trace(name, seconds, fun_name=None, **_):
+        if name == "/jax/core/compile/jaxpr_trace_duration":
+            traced.add(fun_name)
+    jax.monitoring.register_event_duration_secs_listener(trace)
     if sys.argv[1] != "off":
         cache.enable_compilation_cache(sys.argv[1])
     out = sys.argv[2]
@@ -46,7 +51,8 @@ RUN_ONCE = textwrap.dedent(
     rows = [json.loads(line) for line in open(out + "/metrics.jsonl")]
     for row in rows:
         row.pop("wall_s")
-    print(json.dumps({**events, "mean": np.asarray(flat).tolist(), "rows": rows}))
+    result = {**events, "traced": sorted(traced), "mean": np.asarray(flat).tolist(), "rows": rows}
+    print(json.dumps(result))
     """
 )
 
@@ -74,9 +80,20 @@ def test_a_cached_program_gives_identical_results(tmp_path):
     second = run_once(cache_dir, tmp_path / "second")
     assert second["hits"] > 0
     assert second["misses"] == 0  # every program came from disk
+    # The generation block and the evaluation were read back as exported modules, not traced,
+    # and the strategy's traced settings were read back, not found by tracing it again.
+    assert "traced_for_export" in first["traced"] and "step" in first["traced"]
+    assert "traced_for_export" not in second["traced"] and "step" not in second["traced"]
+    kept = list((cache_dir / "esjax-programs").iterdir())
+    assert sorted(p.name.split("-")[0] for p in kept) == ["block", "evaluation"]
+    for path in kept:  # a damaged module is traced again, never trusted
+        path.write_bytes(path.read_bytes()[:100])
+    damaged = run_once(cache_dir, tmp_path / "damaged")
+    assert "traced_for_export" in damaged["traced"]
     uncached = run_once("off", tmp_path / "uncached")
     assert uncached["hits"] == 0 and uncached["misses"] == 0
-    for run in (first, second):
+    assert not (tmp_path / "off").exists()
+    for run in (first, second, damaged):
         assert run["mean"] == uncached["mean"]  # bit for bit, as JSON floats round-trip
         assert run["rows"] == uncached["rows"]
 

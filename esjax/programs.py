@@ -1,0 +1,129 @@
+"""Compiled programs kept across processes: a run's generation block and evaluation, exported.
+
+JAX's persistent compilation cache (:mod:`esjax.cache`) spares a second process XLA's compile,
+but not tracing and lowering the generation block and the evaluation: about a second of every
+start-up on a laptop CPU, as long as the imports. A :class:`KeptProgram` exports its function
+with ``jax.export`` (a serialized StableHLO module, read back without pickle) into the cache
+directory, keyed by everything the program is built from: the caller's key (a run's task,
+strategy, rollouts and popsize), the arguments' shapes, dtypes and placement, the devices,
+JAX's settings, and this package's source and dependency versions. A later process with the
+same key calls the module it reads back instead of tracing the Python again.
+
+It always calls the exported module, whether it traced it or read it back, so a run gives the
+same numbers with or without the cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+from jax import export
+
+from esjax.cache import code_fingerprint
+
+SUBDIRECTORY = "esjax-programs"
+
+
+class KeptProgram:
+    """``fn`` (a jitted function of array pytrees) run as an exported module kept on disk.
+
+    ``out_tree(*args)`` gives the tree of ``fn``'s result from its arguments without tracing
+    ``fn`` (a module read back holds only its flat outputs); it is checked against the real
+    one whenever ``fn`` is traced. ``lower`` is ``fn``'s, for inspecting the compiled program.
+    """
+
+    def __init__(self, fn: Callable, kind: str, key: Any, out_tree: Callable[..., Any]):
+        self.fn = fn
+        self.kind = kind
+        self.key = key
+        self.out_tree = out_tree
+        self._calls: dict[Any, tuple[Callable, Any]] = {}
+
+    def __call__(self, *args: Any) -> Any:
+        leaves, in_tree = jax.tree.flatten(args)
+        signature = (str(in_tree), tuple(_describe(leaf) for leaf in leaves))
+        if signature not in self._calls:
+            self._calls[signature] = self._prepare(args, leaves, in_tree, signature)
+        call, out_tree = self._calls[signature]
+        if call is None:  # not exportable: the function as it is
+            return self.fn(*args)
+        return jax.tree.unflatten(out_tree, call(*leaves))
+
+    def lower(self, *args: Any) -> Any:
+        return self.fn.lower(*args)
+
+    def _cache_size(self) -> int:
+        """Programs compiled in this process (for tests that a loop never recompiles)."""
+        return sum(call._cache_size() for call, _ in self._calls.values() if call is not None)
+
+    def _prepare(self, args, leaves, in_tree, signature) -> tuple[Callable | None, Any]:
+        if jax.process_count() > 1:  # every process would have to agree on the file
+            return None, None
+        out_tree = self.out_tree(*args)
+        path = self._path(signature, leaves)
+        exported = _read(path) if path is not None else None
+        if exported is None or len(exported.out_avals) != out_tree.num_leaves:
+            traced = {}
+
+            def traced_for_export(*flat_args):
+                out = self.fn(*jax.tree.unflatten(in_tree, flat_args))
+                out_leaves, traced["tree"] = jax.tree.flatten(out)
+                return out_leaves
+
+            try:
+                exported = export.export(jax.jit(traced_for_export))(*leaves)
+            except Exception:  # e.g. a host callback: run the function as it is
+                return None, None
+            if traced["tree"] != out_tree:  # a wrong hint: trust the trace, keep nothing
+                return jax.jit(exported.call), traced["tree"]
+            if path is not None:
+                _write(path, exported)
+        return jax.jit(exported.call), out_tree
+
+    def _path(self, signature: Any, leaves: list[Any]) -> Path | None:
+        directory = jax.config.jax_compilation_cache_dir
+        if not directory:
+            return None
+        placement = sorted({str(getattr(leaf, "sharding", None)) for leaf in leaves})
+        settings = {name: repr(value) for name, value in sorted(jax.config.values.items())}
+        parts = [
+            self.kind,
+            self.key,
+            signature,
+            placement,
+            [str(device) for device in jax.devices()],
+            settings,
+            code_fingerprint(),
+        ]
+        digest = hashlib.sha256(json.dumps(parts, default=repr).encode()).hexdigest()[:32]
+        return Path(directory) / SUBDIRECTORY / f"{self.kind}-{digest}.stablehlo"
+
+
+def _describe(leaf: Any) -> tuple:
+    aval = jax.typeof(leaf)
+    return (tuple(aval.shape), str(aval.dtype), bool(getattr(aval, "weak_type", False)))
+
+
+def _read(path: Path) -> export.Exported | None:
+    """The module kept at ``path``; None when it is missing or unreadable (then re-traced)."""
+    try:
+        return export.deserialize(bytearray(path.read_bytes()))
+    except Exception:  # missing, truncated, another JAX's format: trace again
+        return None
+
+
+def _write(path: Path, exported: export.Exported) -> None:
+    """Keep ``exported`` at ``path`` atomically; a cache that cannot be written is skipped."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        partial.write_bytes(exported.serialize())
+        os.replace(partial, path)
+    except (OSError, ImportError):  # ImportError: serializing needs the flatbuffers package
+        return
