@@ -148,7 +148,14 @@ def remembered(kind: str, key: Any, compute: Callable[[], Any]) -> Any:
 
 @functools.cache
 def code_fingerprint() -> str:
-    """This package's source and the versions it computes with, as one digest."""
+    """The code a compiled program comes from, as one digest.
+
+    This package's source; for the libraries whose Python ends up in a run's programs (evosax,
+    gymnax, flax, optax), every source file's size and modification time, so a library edited
+    in place (an editable install, a patched env) counts as new code although its version is
+    the same; JAX's and jaxlib's versions.
+    """
+    import importlib.util
     from importlib.metadata import PackageNotFoundError, version
 
     h = hashlib.sha256()
@@ -158,4 +165,13 @@ def code_fingerprint() -> str:
     for package in ("jax", "jaxlib", "evosax", "flax", "gymnax", "optax"):
         with contextlib.suppress(PackageNotFoundError):
             h.update(f"{package}={version(package)}".encode())
+    for package in ("evosax", "gymnax", "flax", "optax"):
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.origin:
+            continue
+        root = Path(spec.origin).parent
+        for source in sorted(root.rglob("*.py")):
+            with contextlib.suppress(OSError):
+                stat = source.stat()
+                h.update(f"{source.relative_to(root)}:{stat.st_size}:{stat.st_mtime_ns}".encode())
     return h.hexdigest()

@@ -423,8 +423,10 @@ def keep_programs(engine: Engine, key: Any) -> Engine:
 
     return dataclasses.replace(
         engine,
-        run_block=KeptProgram(engine.run_block, "block", key, block_tree),
-        evaluate=KeptProgram(engine.evaluate, "evaluation", key, lambda state: evaluation),
+        run_block=KeptProgram(engine.run_block, "block", key, block_tree, engine.place),
+        evaluate=KeptProgram(
+            engine.evaluate, "evaluation", key, lambda state: evaluation, engine.place
+        ),
     )
 
 

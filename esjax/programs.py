@@ -35,17 +35,29 @@ class KeptProgram:
 
     ``out_tree(*args)`` gives the tree of ``fn``'s result from its arguments without tracing
     ``fn`` (a module read back holds only its flat outputs); it is checked against the real
-    one whenever ``fn`` is traced. ``lower`` is ``fn``'s, for inspecting the compiled program.
+    one whenever ``fn`` is traced. ``place(args)`` puts the arguments where ``fn`` expects
+    them: an exported module runs on as many devices as its arguments are on, while ``fn``
+    itself could take arrays from one device and spread them. ``lower`` is ``fn``'s, for
+    inspecting the compiled program.
     """
 
-    def __init__(self, fn: Callable, kind: str, key: Any, out_tree: Callable[..., Any]):
+    def __init__(
+        self,
+        fn: Callable,
+        kind: str,
+        key: Any,
+        out_tree: Callable[..., Any],
+        place: Callable[[Any], Any] = lambda args: args,
+    ):
         self.fn = fn
         self.kind = kind
         self.key = key
         self.out_tree = out_tree
+        self.place = place
         self._calls: dict[Any, tuple[Callable, Any]] = {}
 
     def __call__(self, *args: Any) -> Any:
+        args = self.place(args)
         leaves, in_tree = jax.tree.flatten(args)
         signature = (str(in_tree), tuple(_describe(leaf) for leaf in leaves))
         if signature not in self._calls:

@@ -212,3 +212,20 @@ def test_traced_settings_read_back_equal_the_ones_found_by_tracing(tmp_path):
         assert len(list((tmp_path / "esjax-remembered").iterdir())) == 2
     finally:
         jax.config.update("jax_compilation_cache_dir", saved)
+
+
+def test_the_code_fingerprint_sees_a_library_edited_in_place():
+    """A patched env or strategy with an unchanged version must not reuse a kept program."""
+    import importlib.util
+
+    source = Path(importlib.util.find_spec("gymnax").origin).parent / "environments" / "spaces.py"
+    before = source.stat()
+    fingerprint = cache.code_fingerprint.__wrapped__
+    try:
+        first = fingerprint()
+        assert fingerprint() == first
+        os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+        assert fingerprint() != first
+    finally:
+        os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert fingerprint() == first

@@ -638,44 +638,42 @@ def test_chunks_shrink_with_the_runs_a_vmap_steps_together():
     assert cpu.auto_chunk_size(4096, params, runs=10 * alone) == 1
 
 
-def test_gymnax_loads_without_seaborn_until_something_reads_it():
-    """The stand-in keeps seaborn unexecuted through gymnax's import, then is the real one."""
-    script = (
-        "import sys\n"
-        "from esjax.rollout import import_gymnax\n"
-        "import_gymnax()\n"
-        "import gymnax.environments.misc.pong as pong\n"
-        "assert 'seaborn.palettes' not in sys.modules\n"
-        "first = pong.sns.color_palette('cubehelix', 3)\n"
-        "real = sys.modules['seaborn']\n"
-        "assert 'seaborn.palettes' in sys.modules and real is not pong.sns\n"
-        "assert pong.sns.color_palette('cubehelix', 3) == first\n"
-        "assert sys.modules['seaborn'] is real\n"
-        "print('ok')\n"
+def _runs_fresh(*lines: str) -> None:
+    """Run ``lines`` in a fresh interpreter (imports are per process) and expect 'ok'."""
+    script = "\n".join(
+        ["import sys", "from esjax.rollout import import_gymnax", *lines, "print('ok')"]
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "ok"
+
+
+def test_gymnax_loads_without_seaborn_until_something_reads_it():
+    """The stand-in keeps seaborn unexecuted through gymnax's import, then is the real one."""
+    _runs_fresh(
+        "import_gymnax()",
+        "import gymnax.environments.misc.pong as pong",
+        "assert 'seaborn.palettes' not in sys.modules",
+        "first = pong.sns.color_palette('cubehelix', 3)",
+        "real = sys.modules['seaborn']",
+        "assert 'seaborn.palettes' in sys.modules and real is not pong.sns",
+        "assert pong.sns.color_palette('cubehelix', 3) == first",
+        "assert sys.modules['seaborn'] is real",
+    )
 
 
 def test_gymnax_loads_without_pyplot_until_something_reads_it():
     """pyplot stays unexecuted through gymnax's import; any way of reaching it gets the real one."""
-    script = (
-        "import sys\n"
-        "from esjax.rollout import import_gymnax\n"
-        "import_gymnax()\n"
-        "import gymnax.environments.bsuite.catch as catch\n"
-        "assert 'matplotlib.figure' not in sys.modules\n"
-        "import matplotlib\n"
-        "matplotlib.use('Agg')\n"
-        "import matplotlib.pyplot\n"
-        "figure = matplotlib.pyplot.figure()\n"
-        "real = sys.modules['matplotlib.pyplot']\n"
-        "assert 'matplotlib.figure' in sys.modules and real is not catch.plt\n"
-        "assert matplotlib.pyplot is real and catch.plt.gcf() is figure\n"
-        "assert matplotlib.get_backend().lower() == 'agg'\n"
-        "print('ok')\n"
+    _runs_fresh(
+        "import_gymnax()",
+        "import gymnax.environments.bsuite.catch as catch",
+        "assert 'matplotlib.figure' not in sys.modules",
+        "import matplotlib",
+        "matplotlib.use('Agg')",
+        "import matplotlib.pyplot",
+        "figure = matplotlib.pyplot.figure()",
+        "real = sys.modules['matplotlib.pyplot']",
+        "assert 'matplotlib.figure' in sys.modules and real is not catch.plt",
+        "assert matplotlib.pyplot is real and catch.plt.gcf() is figure",
+        "assert matplotlib.get_backend().lower() == 'agg'",
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "ok"
