@@ -11,6 +11,7 @@ config is checked: non-finite numbers and a generation that cannot fit in memory
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import warnings
 from collections.abc import Callable, Sequence
@@ -371,21 +372,33 @@ def saved_policy_inputs(
     Separate from :func:`saved_policy_returns` so that callers which batch the rollout
     themselves (``esjax eval --grid``, one compile for every cell) test on the same episodes.
     """
-    import jax
     import jax.numpy as jnp
 
-    from esjax.engine import flat_template, seed_keys
+    from esjax.engine import seed_keys
     from esjax.rollout import ObsStats
 
     config, rollout = built
     _, flat, stats = runs.read_policy(run_dir, which, seed)
-    _, unravel = flat_template(rollout, jax.random.key(0))
     flat = np.zeros_like(flat) if zero else flat
-    # One program for the whole unravel (eagerly, every leaf's slice would be its own).
-    params = jax.jit(lambda f: jax.tree.map(lambda x: x[None], unravel(f)))(flat)
+    params = _one_member_population(rollout)(flat)
     obs_stats = ObsStats(*(jnp.asarray(s) for s in stats)) if stats is not None else None
     key = seed_keys(int(config["seed"]) + seed)["test"]
     return key, params, obs_stats
+
+
+@functools.lru_cache(maxsize=8)
+def _one_member_population(rollout: Any) -> Callable:
+    """Flat parameters -> a one-member population of ``rollout``'s policy, as one program.
+
+    Built once per rollout: a sweep tests every configuration's policies, seed by seed, through
+    the same rollout (run eagerly, every leaf's slice would be a program of its own).
+    """
+    import jax
+
+    from esjax.engine import flat_template
+
+    _, unravel = flat_template(rollout, jax.random.key(0))
+    return jax.jit(lambda flat: jax.tree.map(lambda x: x[None], unravel(flat)))
 
 
 def evaluate_run(
