@@ -118,32 +118,46 @@ def remembered(kind: str, key: Any, compute: Callable[[], Any]) -> Any:
     """``compute()``, or its JSON result from an earlier process with the same ``key``.
 
     For start-up work that, like compilation, depends only on a config and the code: it is kept
-    beside the compilation cache, in the same directory and only while that cache is on, keyed
-    by ``kind``, ``key``, this package's source and the versions of JAX and evosax. A file that
+    beside the compilation cache (:func:`kept_path`), only while that cache is on. A file that
     cannot be read or written is recomputed or skipped, never an error.
     """
-    import jax
-
-    directory = jax.config.jax_compilation_cache_dir
-    if not directory:
+    path = kept_path("esjax-remembered", kind, key, ".json")
+    if path is None:
         return compute()
-    digest = hashlib.sha256(
-        json.dumps([kind, key, code_fingerprint()], sort_keys=True, default=repr).encode()
-    ).hexdigest()[:32]
-    path = Path(directory) / "esjax-remembered" / f"{kind}-{digest}.json"
     try:
         return json.loads(path.read_text())["value"]
     except (OSError, ValueError, KeyError, TypeError):
         pass
     value = compute()
+    with contextlib.suppress(TypeError, ValueError):
+        keep(path, json.dumps({"value": value}).encode())
+    return value
+
+
+def kept_path(subdirectory: str, kind: str, key: Any, suffix: str) -> Path | None:
+    """Where a result keyed by ``kind``, ``key`` and :func:`code_fingerprint` is kept.
+
+    In ``subdirectory`` of JAX's compilation cache directory; None while that cache is off.
+    """
+    import jax
+
+    directory = jax.config.jax_compilation_cache_dir
+    if not directory:
+        return None
+    parts = json.dumps([kind, key, code_fingerprint()], sort_keys=True, default=repr)
+    digest = hashlib.sha256(parts.encode()).hexdigest()[:32]
+    return Path(directory) / subdirectory / f"{kind}-{digest}{suffix}"
+
+
+def keep(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically; a cache that cannot be written is skipped."""
+    from esjax.runs import atomic_write
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        partial.write_text(json.dumps({"value": value}))
-        os.replace(partial, path)
-    except (OSError, TypeError, ValueError):
-        pass
-    return value
+        atomic_write(path, data)
+    except OSError:
+        return
 
 
 @functools.cache

@@ -340,9 +340,7 @@ def make_engine(
     ) -> tuple[RunState, dict[str, jax.Array]]:
         step = functools.partial(generation, runs=runs)
         # The metrics' shapes, without tracing a whole generation a second time to find them.
-        returns = jax.ShapeDtypeStruct((popsize,), jnp.float32)
-        lengths = jax.ShapeDtypeStruct((), jnp.int32)
-        shapes = jax.eval_shape(generation_metrics, returns, lengths)
+        shapes = generation_metric_shapes(popsize)
         padding = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
         def body(state, index):
@@ -400,6 +398,12 @@ def generation_metrics(returns: jax.Array, lengths: jax.Array) -> dict[str, jax.
     return {**return_stats(returns), "env_steps": lengths.astype(jnp.int32)}
 
 
+def generation_metric_shapes(popsize: int) -> dict[str, jax.ShapeDtypeStruct]:
+    """The shapes of one generation's :func:`generation_metrics`, without running one."""
+    returns = jax.ShapeDtypeStruct((popsize,), jnp.float32)
+    return jax.eval_shape(generation_metrics, returns, jax.ShapeDtypeStruct((), jnp.int32))
+
+
 def evaluation_metrics(mean: jax.Array, std: jax.Array) -> dict[str, jax.Array]:
     """What an evaluation reports, from the mean and std of the (mean, best) members' returns."""
     return {"eval_return": mean[0], "eval_best_return": mean[1], "eval_return_std": std[0]}
@@ -413,8 +417,7 @@ def keep_programs(engine: Engine, key: Any) -> Engine:
     """
     from esjax.programs import KeptProgram
 
-    returns = jax.ShapeDtypeStruct((engine.popsize,), jnp.float32)
-    metrics = jax.eval_shape(generation_metrics, returns, jax.ShapeDtypeStruct((), jnp.int32))
+    metrics = generation_metric_shapes(engine.popsize)
     pair = jax.ShapeDtypeStruct((2,), jnp.float32)  # of the (mean, best) members
     evaluation = jax.tree.structure(jax.eval_shape(evaluation_metrics, pair, pair))
 

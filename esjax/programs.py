@@ -15,9 +15,6 @@ same numbers with or without the cache.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,7 +22,7 @@ from typing import Any
 import jax
 from jax import export
 
-from esjax.cache import code_fingerprint
+from esjax.cache import keep, kept_path
 
 SUBDIRECTORY = "esjax-programs"
 
@@ -99,22 +96,11 @@ class KeptProgram:
         return jax.jit(exported.call), out_tree
 
     def _path(self, signature: Any, leaves: list[Any]) -> Path | None:
-        directory = jax.config.jax_compilation_cache_dir
-        if not directory:
-            return None
         placement = sorted({str(getattr(leaf, "sharding", None)) for leaf in leaves})
         settings = {name: repr(value) for name, value in sorted(jax.config.values.items())}
-        parts = [
-            self.kind,
-            self.key,
-            signature,
-            placement,
-            [str(device) for device in jax.devices()],
-            settings,
-            code_fingerprint(),
-        ]
-        digest = hashlib.sha256(json.dumps(parts, default=repr).encode()).hexdigest()[:32]
-        return Path(directory) / SUBDIRECTORY / f"{self.kind}-{digest}.stablehlo"
+        devices = [str(device) for device in jax.devices()]
+        key = [self.key, signature, placement, devices, settings]
+        return kept_path(SUBDIRECTORY, self.kind, key, ".stablehlo")
 
 
 def _describe(leaf: Any) -> tuple:
@@ -131,11 +117,9 @@ def _read(path: Path) -> export.Exported | None:
 
 
 def _write(path: Path, exported: export.Exported) -> None:
-    """Keep ``exported`` at ``path`` atomically; a cache that cannot be written is skipped."""
+    """Keep ``exported`` at ``path``; without the flatbuffers package nothing is kept."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        partial.write_bytes(exported.serialize())
-        os.replace(partial, path)
-    except (OSError, ImportError):  # ImportError: serializing needs the flatbuffers package
+        data = exported.serialize()
+    except ImportError:
         return
+    keep(path, bytes(data))
