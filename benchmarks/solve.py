@@ -51,26 +51,23 @@ def time_phases(
 ) -> dict[str, float]:
     """Median seconds per generation of one seed: the fused step and its three parts.
 
-    The parts are compiled on their own: ask and tell on one device (in the loop every
-    device runs them alike), the rollout sharded over all devices as in the loop.
+    The parts are compiled on their own and placed as in the loop: ask and tell replicated
+    on every device (each device draws the whole population, so only returns cross
+    devices), the rollout sharded over them. Timing ask on one device while the others idle
+    would hide that every core pays for the draw (about half the real cost on two cores).
     """
     config = resolve_config("pendulum", strategy=strategy, popsize=popsize, overrides=overrides)
     _, engine = build_engine(config)
     fns = phase_functions(engine)
-    sstate = jax.tree.map(lambda x: x[0], engine.init(jnp.arange(1))).strategy
-    one = jax.devices()[0]
-    keys = jax.random.split(jax.random.key(0), 3)
+    sstate = engine.place(jax.tree.map(lambda x: x[0], engine.init(jnp.arange(1))).strategy)
+    keys = engine.place(jax.random.split(jax.random.key(0), 3))
 
     t_all, _ = median_time(fns["generation"], keys[0], sstate, repeats=repeats)
-    local = jax.device_put(sstate, one)
-    t_ask, population = median_time(
-        fns["ask"], jax.device_put(keys[0], one), local, repeats=repeats
-    )
-    t_roll, returns = median_time(
-        fns["rollout"], keys[1], engine.place(population), repeats=repeats
-    )
+    t_ask, population = median_time(fns["ask"], keys[0], sstate, repeats=repeats)
+    population = engine.place(population)
+    t_roll, returns = median_time(fns["rollout"], keys[1], population, repeats=repeats)
     t_tell, _ = median_time(
-        fns["tell"], *jax.device_put((keys[2], population, returns), one), local, repeats=repeats
+        fns["tell"], keys[2], population, engine.place(returns), sstate, repeats=repeats
     )
     return {
         "popsize": engine.popsize,

@@ -483,12 +483,13 @@ def phase_functions(engine: Engine) -> dict[str, Callable]:
 
     def generation(key, sstate):
         k_ask, k_rollout, k_tell = jax.random.split(key, 3)
-        population, sstate = path.ask(k_ask, sstate)
+        population = ask(k_ask, sstate)
         returns = rollout(k_rollout, population)
         return tell(k_tell, population, returns, sstate)
 
     def ask(key, sstate):
-        return path.ask(key, sstate)[0]
+        # Replicated, as in the loop: every device draws the whole population.
+        return jax.lax.with_sharding_constraint(path.ask(key, sstate)[0], engine.sharding)
 
     def rollout(key, population):
         return engine.population_summary(key, path.params(population), None).returns
