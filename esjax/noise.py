@@ -24,6 +24,8 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
+from esjax import draw
+
 
 @struct.dataclass
 class LazyPopulation:
@@ -75,7 +77,8 @@ def ask(strategy: Any, key: jax.Array, state: Any, unravel: Callable) -> LazyPop
     """The population evosax's ``ask`` would return for ``key``, kept as its half noise."""
     key = strategy.noise_key(key)
     es = strategy.es
-    half = jax.random.normal(key, (es.population_size // 2, es.num_dims))
+    # The same numbers as evosax's ``jax.random.normal`` call, drawn in cache-sized blocks.
+    half = draw.normal(key, (es.population_size // 2, es.num_dims))
     index = jnp.arange(es.population_size, dtype=jnp.int32)
     return LazyPopulation(state.mean, state.std, half, index, unravel)
 

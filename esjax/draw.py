@@ -1,0 +1,92 @@
+"""``jax.random.normal(key, (rows, cols))`` a few rows at a time, to the same bits.
+
+With threefry keys in JAX's default (partitionable) layout, number ``i`` of a draw depends only
+on the key and ``i``: it is ``threefry2x32(key, (hi(i), lo(i)))`` with the two output words
+xor-ed, turned into a uniform in ``[nextafter(-1, 0), 1)`` and then into a normal by
+``sqrt(2) * erfinv``. So any row of a large draw can be made without the others.
+
+A mirrored OpenES population's noise is such a draw, ``(popsize // 2, num_dims)``. Drawn
+whole, XLA writes it through several full-size passes (the hash, then erfinv's branches), so
+on a CPU a draw larger than the cache is bound by memory: 1024 x 4481 normals took 111-131 ms
+on two devices. Drawn a cache-sized block of rows at a time, each number is made in cache and
+written once: 73-106 ms for the same numbers (benchmarks/README.md, "Where a generation goes").
+
+``tests/test_draw.py`` checks the bits against ``jax.random.normal`` itself, so a JAX that
+changes its recipe fails there; :func:`row_addressable` says when the shortcut applies at
+all, and callers fall back to ``jax.random.normal`` otherwise.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.extend.random import threefry2x32_p
+
+# Rows per block: about 256 KB of float32 numbers, which stays in a core's L2 cache.
+BLOCK_BYTES = 1 << 18
+# Smaller draws are made whole: blocks only pay off once the whole draw falls out of cache.
+# On two CPU devices, 1024 x 1217 normals (5 MB) took 21-25 ms whole and 31-36 ms in blocks;
+# 4096 x 1217 (20 MB) 117-125 ms whole and 100-102 ms in blocks.
+WHOLE_BYTES = 8 << 20
+
+
+def row_addressable(key: jax.Array, shape: tuple[int, int], dtype=jnp.float32) -> bool:
+    """Whether :func:`normal_rows` reproduces ``jax.random.normal(key, shape, dtype)``."""
+    return (
+        jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+        and str(jax.random.key_impl(key)) == "threefry2x32"
+        and key.shape == ()
+        and bool(jax.config.jax_threefry_partitionable)
+        and jnp.dtype(dtype) == jnp.float32
+        and len(shape) == 2
+        and shape[0] * shape[1] < 2**32
+    )
+
+
+def normal_rows(key: jax.Array, rows: jax.Array, shape: tuple[int, int]) -> jax.Array:
+    """Rows ``rows`` of ``jax.random.normal(key, shape)``, made without the other rows.
+
+    Only where :func:`row_addressable` holds. ``rows`` is an int array of any shape; the
+    result has its shape plus ``(shape[1],)``.
+    """
+    cols = shape[1]
+    k1, k2 = jax.random.key_data(key)
+    index = rows.astype(jnp.uint32)[..., None] * np.uint32(cols)
+    index = index + lax.iota(jnp.uint32, cols)
+    # Every index is below 2**32 (row_addressable), so the high counter word is zero.
+    k1, k2 = (jnp.broadcast_to(k, index.shape) for k in (k1, k2))
+    bits1, bits2 = threefry2x32_p.bind(k1, k2, jnp.zeros_like(index), index)
+    return _normal_from_bits(bits1 ^ bits2)
+
+
+def normal(key: jax.Array, shape: tuple[int, int], whole_bytes: int = WHOLE_BYTES) -> jax.Array:
+    """``jax.random.normal(key, shape)``; on a CPU, a draw over ``whole_bytes`` is made a
+    cache-sized block of rows at a time. (An accelerator draws the whole array at once: a
+    loop over blocks would only serialise it.)"""
+    if (
+        not row_addressable(key, shape)
+        or jax.default_backend() != "cpu"
+        or 4 * shape[0] * shape[1] <= whole_bytes
+    ):
+        return jax.random.normal(key, shape)
+    per_block = max(1, BLOCK_BYTES // (4 * shape[1]))
+    if per_block >= shape[0]:
+        return normal_rows(key, jnp.arange(shape[0]), shape)
+    blocks = -(-shape[0] // per_block)
+    # The last block runs past the last row; those rows are drawn and dropped.
+    rows = jnp.arange(blocks * per_block).reshape(blocks, per_block)
+    drawn = lax.map(lambda block: normal_rows(key, block, shape), rows)
+    return drawn.reshape(-1, shape[1])[: shape[0]]
+
+
+def _normal_from_bits(bits: jax.Array) -> jax.Array:
+    """JAX's float32 normal from 32 random bits: a uniform in ``[nextafter(-1, 0), 1)``, then
+    ``sqrt(2) * erfinv``. Written out step by step as JAX does, to the same rounding."""
+    low = np.nextafter(np.float32(-1.0), np.float32(0.0))
+    one = np.float32(1.0)
+    mantissa = lax.shift_right_logical(bits, np.uint32(32 - 23))
+    floats = lax.bitcast_convert_type(mantissa | one.view(np.uint32), jnp.float32) - one
+    uniform = lax.max(low, floats * (one - low) + low)
+    return np.float32(np.sqrt(2)) * lax.erf_inv(uniform)
