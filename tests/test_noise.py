@@ -9,7 +9,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 import esjax
-from esjax import noise
+from esjax import draw, noise
 from esjax.fitness import to_fitness
 from esjax.policies import MLP
 from esjax.strategies import build_strategy, load_strategy
@@ -43,6 +43,21 @@ def test_population_is_evosax_ask():
     # Rows taken for a device keep their members' parameters.
     rows = jnp.array([6, 1, 4])
     np.testing.assert_array_equal(materialised(lazy.take(rows)), materialised(lazy)[rows])
+
+
+def test_population_drawn_in_blocks_is_evosax_ask():
+    """Past ``draw.WHOLE_BYTES`` the half noise is drawn in blocks of rows: the same draw."""
+    num_dims = 4200
+    spec = load_strategy("open_es", {"popsize": 1024})
+    strategy = build_strategy(spec, num_dims=num_dims)
+    assert 4 * 512 * num_dims > draw.WHOLE_BYTES
+    state = strategy.init(jax.random.key(0), jnp.zeros(num_dims))
+    key = jax.random.key(9)
+    lazy = jax.jit(lambda k, s: noise.ask(strategy, k, s, lambda flat: flat))(key, state)
+    expected, _ = strategy.es.ask(key, state, strategy.params)
+    # evosax's draw is ``jax.random.normal(key, (popsize // 2, num_dims))``: the same bits.
+    np.testing.assert_array_equal(lazy.noise, jax.random.normal(key, (512, num_dims)))
+    np.testing.assert_allclose(materialised(lazy), expected, rtol=1e-6, atol=1e-7)
 
 
 def test_tell_equals_evosax_tell_on_the_same_population():
