@@ -50,7 +50,7 @@ LABELS = {
 
 def variants(params: str) -> dict[str, list[str]]:
     return {
-        "lstm": [],
+        "lstm": ["policy.hidden=[32]"],  # the tables' LSTM (pendulum-sign's preset has 12 cells)
         "mlp_blind": MLP,
         "mlp_oracle": [*MLP, f"policy.param_inputs={params}"],
         "mlp_stack4": [*MLP, "policy.frame_stack=4"],
