@@ -155,6 +155,7 @@ def table(rows: list[dict]) -> str:
 def figure(names: list[str], out: Path, path: Path) -> Path:
     """One panel per env: each seed's test-return curve against env steps, the blines point."""
     from matplotlib.figure import Figure
+    from matplotlib.ticker import NullFormatter
 
     cols = 4
     rows = math.ceil(len(names) / cols)
@@ -169,6 +170,7 @@ def figure(names: list[str], out: Path, path: Path) -> Path:
             ax.axhline(target, color="0.4", ls=":", lw=1)
             ax.plot([blines_steps], [target], "*", color="#c0392b", ms=10, label="blines")
             ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())  # unlabelled minor ticks: no overlap
         ax.set_title(env_id, fontsize=9)
         ax.set_xlabel("env steps", fontsize=8)
         ax.tick_params(labelsize=7)
