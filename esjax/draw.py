@@ -22,7 +22,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.extend.random import threefry2x32_p
 
 # Rows per block: about 256 KB of float32 numbers, which stays in a core's L2 cache.
 BLOCK_BYTES = 1 << 18
@@ -38,7 +37,8 @@ def row_addressable(key: jax.Array, shape: tuple[int, int], dtype=jnp.float32) -
         jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
         and str(jax.random.key_impl(key)) == "threefry2x32"
         and key.shape == ()
-        and bool(jax.config.jax_threefry_partitionable)
+        # Partitionable threefry is JAX's default since 0.5; older JAXes lay numbers out otherwise.
+        and bool(getattr(jax.config, "jax_threefry_partitionable", True))
         and jnp.dtype(dtype) == jnp.float32
         and len(shape) == 2
         and shape[0] * shape[1] < 2**32
@@ -51,6 +51,8 @@ def normal_rows(key: jax.Array, rows: jax.Array, shape: tuple[int, int]) -> jax.
     Only where :func:`row_addressable` holds. ``rows`` is an int array of any shape; the
     result has its shape plus ``(shape[1],)``.
     """
+    from jax.extend.random import threefry2x32_p
+
     cols = shape[1]
     k1, k2 = jax.random.key_data(key)
     index = rows.astype(jnp.uint32)[..., None] * np.uint32(cols)
