@@ -31,15 +31,14 @@ BLOCK_BYTES = 1 << 18
 WHOLE_BYTES = 8 << 20
 
 
-def row_addressable(key: jax.Array, shape: tuple[int, int], dtype=jnp.float32) -> bool:
-    """Whether :func:`normal_rows` reproduces ``jax.random.normal(key, shape, dtype)``."""
+def row_addressable(key: jax.Array, shape: tuple[int, int]) -> bool:
+    """Whether :func:`normal_rows` reproduces ``jax.random.normal(key, shape)`` (float32)."""
     return (
         jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
         and str(jax.random.key_impl(key)) == "threefry2x32"
         and key.shape == ()
         # Partitionable threefry is JAX's default since 0.5; older JAXes lay numbers out otherwise.
         and bool(getattr(jax.config, "jax_threefry_partitionable", True))
-        and jnp.dtype(dtype) == jnp.float32
         and len(shape) == 2
         and shape[0] * shape[1] < 2**32
     )
@@ -73,9 +72,7 @@ def normal(key: jax.Array, shape: tuple[int, int], whole_bytes: int = WHOLE_BYTE
         or 4 * shape[0] * shape[1] <= whole_bytes
     ):
         return jax.random.normal(key, shape)
-    per_block = max(1, BLOCK_BYTES // (4 * shape[1]))
-    if per_block >= shape[0]:
-        return normal_rows(key, jnp.arange(shape[0]), shape)
+    per_block = min(shape[0], max(1, BLOCK_BYTES // (4 * shape[1])))
     blocks = -(-shape[0] // per_block)
     # The last block runs past the last row; those rows are drawn and dropped.
     rows = jnp.arange(blocks * per_block).reshape(blocks, per_block)
