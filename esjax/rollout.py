@@ -1,6 +1,7 @@
 """Population rollouts: one jitted call evaluates every member of a population on a gymnax env.
 
-Each episode is a ``lax.scan`` over steps. Episodes are ``vmap``-ed over env keys (and sampled
+Each episode is a ``lax.scan`` over steps, run in segments that stop once every episode of the
+batch has ended (a population of early crashes does not pay for the full episode length). Episodes are ``vmap``-ed over env keys (and sampled
 env parameters), then over population members. At large popsizes the members are evaluated in
 cache-sized chunks (``lax.map`` with ``batch_size``): when all 2048 members advance one step
 together, every member's weights are streamed from memory at every step; a chunk keeps its
@@ -39,6 +40,10 @@ EnvParamsSampler = Callable[[jax.Array, Any], Any]
 # Bytes of member weights a chunk may hold: about a per-core L2 cache (measured best on the
 # MLP 64-64 at 2048 members, see benchmarks/README.md).
 CHUNK_PARAM_BYTES = 1 << 20
+# Steps between checks for "has every episode in the batch ended?": an episode loop stops at
+# the first check after its last episode ends, so a population that dies in 12 steps of a
+# 1000-step episode does not pay for the other 988.
+SEGMENT_STEPS = 16
 _POP_AXIS = "population"
 
 
@@ -455,7 +460,10 @@ class PopulationRollout:
                 jnp.array(True), zero, jnp.zeros((), jnp.int32), jnp.zeros_like(obs),
                 jnp.zeros_like(obs), jnp.zeros((stack_size,), jnp.float32))  # fmt: skip
         step_keys = jax.random.split(k_episode, self.episode_length)
-        final, traj = jax.lax.scan(step, init, step_keys)
+        if trajectory:
+            final, traj = jax.lax.scan(step, init, step_keys)
+        else:
+            final, traj = _scan_while_alive(step, init, step_keys, lambda carry: carry[6]), None
         ret, length, obs_sum, obs_sq_sum = final[7:11]
         return RolloutResult(ret, length, obs_sum, obs_sq_sum, traj)
 
@@ -577,6 +585,33 @@ class PopulationRollout:
         if chunk >= popsize:
             return jax.vmap(member)(xs)
         return jax.lax.map(member, xs, batch_size=chunk)
+
+
+def _scan_while_alive(step, init, step_keys, alive):
+    """``lax.scan(step, init, step_keys)``'s final carry, stopping once ``alive(carry)`` is False.
+
+    The scan runs in segments of :data:`SEGMENT_STEPS` inside a ``while_loop``. Under ``vmap``
+    the loop goes on while any episode of the batch is alive, and the ended ones are frozen by
+    the step itself, so the final carry's summaries are those of the full scan.
+    """
+    length = step_keys.shape[0]
+    segment = min(SEGMENT_STEPS, length)
+    full_segments, rest = divmod(length, segment)
+
+    def go_on(state):
+        carry, index = state
+        return jnp.logical_and(index < full_segments, alive(carry))
+
+    def run_segment(state):
+        carry, index = state
+        keys = jax.lax.dynamic_slice_in_dim(step_keys, index * segment, segment)
+        carry, _ = jax.lax.scan(step, carry, keys)
+        return carry, index + 1
+
+    carry, _ = jax.lax.while_loop(go_on, run_segment, (init, jnp.zeros((), jnp.int32)))
+    if rest:
+        carry, _ = jax.lax.scan(step, carry, step_keys[full_segments * segment :])
+    return carry
 
 
 def _popsize(pop_params: PyTree) -> int:

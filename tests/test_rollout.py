@@ -247,6 +247,42 @@ def test_masking_after_termination_matches_reference(env_id):
         np.testing.assert_array_equal(np.asarray(res.returns), lengths.astype(np.float32))
 
 
+@pytest.mark.parametrize("length", [16, 50, 200])
+def test_episode_loop_stops_once_every_episode_in_the_batch_has_ended(length):
+    """The segmented loop gives lax.scan's summaries, yet runs only to the last death."""
+    segment = rollout_module.SEGMENT_STEPS
+    death_steps = jnp.array([3, 21, 7])  # the step each episode of the batch ends on
+
+    def step(carry, key):
+        alive, ret, executed, death = carry
+        reward = jax.random.uniform(key)
+        ret = ret + jnp.where(alive, reward, 0.0)
+        alive = jnp.logical_and(alive, executed + 1 < death)
+        return (alive, ret, executed + 1, death), None
+
+    keys = jax.random.split(jax.random.key(5), length)
+
+    def looped(death):
+        init = (jnp.array(True), jnp.zeros(()), jnp.zeros((), jnp.int32), death)
+        return rollout_module._scan_while_alive(step, init, keys, lambda c: c[0])
+
+    def scanned(death):
+        init = (jnp.array(True), jnp.zeros(()), jnp.zeros((), jnp.int32), death)
+        return jax.lax.scan(step, init, keys)[0]
+
+    fast, full = jax.vmap(looped)(death_steps), jax.vmap(scanned)(death_steps)
+    np.testing.assert_array_equal(fast[1], full[1])  # the same returns, to the bit
+    np.testing.assert_array_equal(fast[0], full[0])
+    # Whole segments until the last episode has ended, then the steps that do not fill one.
+    full_segments, rest = divmod(length, segment)
+    segments_run = min(full_segments, -(-int(death_steps.max()) // segment))
+    # Under vmap the batch loops until its last episode ends; each ended one stays frozen.
+    assert int(fast[2].max()) == segments_run * segment + rest
+    assert int(full[2].min()) == length
+    if length == 200:
+        assert int(fast[2].max()) < 50
+
+
 def test_truncation_at_env_time_limit_matches_reference():
     T = 30
     env_params = gymnax.make("Pendulum-v1")[1].replace(max_steps_in_episode=20)
