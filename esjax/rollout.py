@@ -1,8 +1,9 @@
 """Population rollouts: one jitted call evaluates every member of a population on a gymnax env.
 
 Each episode is a ``lax.scan`` over steps, run in segments that stop once every episode of the
-batch has ended (a population of early crashes does not pay for the full episode length). Episodes are ``vmap``-ed over env keys (and sampled
-env parameters), then over population members. At large popsizes the members are evaluated in
+batch has ended: a population of early crashes does not pay for the full episode length.
+Episodes are ``vmap``-ed over env keys (and sampled env parameters), then over population
+members. At large popsizes the members are evaluated in
 cache-sized chunks (``lax.map`` with ``batch_size``): when all 2048 members advance one step
 together, every member's weights are streamed from memory at every step; a chunk keeps its
 weights in cache for the whole episode.
