@@ -209,6 +209,7 @@ def _child(where: str, name: str) -> str:
 # ---------------------------------------------------------------------------- task specs
 DISTRIBUTIONS = ("uniform", "log_uniform", "choice", "random_sign")
 POLICY_KINDS = ("mlp", "lstm", "cnn")
+ACTION_MODES = ("greedy", "sample")
 
 
 @dataclass(frozen=True)
@@ -252,6 +253,11 @@ class PolicyConfig:
 
     ``param_inputs`` names env parameters appended to the observation (an oracle baseline);
     ``frame_stack`` feeds the last k observations (a memory without recurrence).
+
+    ``actions`` (discrete actions only): ``"greedy"`` takes the argmax of the logits;
+    ``"sample"`` draws from their softmax in training and testing alike. A sampled policy's
+    expected return changes smoothly with its weights, so ES sees a gradient where a greedy one
+    sits on a plateau of identical episodes (a deterministic game such as Breakout-MinAtar).
     """
 
     kind: str = "mlp"
@@ -264,8 +270,15 @@ class PolicyConfig:
     kernel: int = 3
     stride: int = 1
     lstm: int = 0
+    actions: str = "greedy"
 
     def validate(self, where: str) -> None:
+        _require(
+            self.actions in ACTION_MODES,
+            _child(where, "actions"),
+            f"unknown action mode {self.actions!r}{suggest(self.actions, ACTION_MODES)}; "
+            f"choose from {', '.join(ACTION_MODES)}",
+        )
         _require(
             self.kind in POLICY_KINDS,
             _child(where, "kind"),

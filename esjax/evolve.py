@@ -172,7 +172,7 @@ def check_memory(config: dict[str, Any], rollout: Any = None) -> None:
     spec = _strategy_spec(config)
     if rollout is None:
         task = parse_task(config["task"], "config")
-        rollout = make_rollout(task, deterministic=True, source=config["task_name"])
+        rollout = make_rollout(task, source=config["task_name"])
     popsize = config.get("popsize")
     needs = memory.estimate(
         rollout,
@@ -196,7 +196,7 @@ def _build_engine(config: dict[str, Any]):
     task = parse_task(config["task"], "config")
     spec = _strategy_spec(config)
     # Training and evaluation episodes differ only in their keys, so one rollout serves both.
-    rollout = make_rollout(task, deterministic=True, source=config["task_name"])
+    rollout = make_rollout(task, source=config["task_name"])
     check_memory(config, rollout)  # building the engine allocates a member's parameters
     engine = make_engine(
         rollout,
@@ -337,7 +337,7 @@ def make_test_rollout(run_dir: str | Path, split: str | None = None):
 
     config = runs.read_run_config(run_dir)
     task = parse_task(config["task"], f"{run_dir}/{runs.CONFIG}")
-    return config, make_rollout(task, split=split, deterministic=True, source=str(run_dir))
+    return config, make_rollout(task, split=split, source=str(run_dir))
 
 
 def saved_policy_returns(

@@ -384,7 +384,7 @@ def load_policy(run_dir: str | Path, which: str = "final", seed: int = 0) -> Con
     config = read_run_config(run_dir)
     task = parse_task(config["task"], f"{run_dir}/{CONFIG}")
     _, flat, stats = read_policy(run_dir, which, seed)
-    rollout = make_rollout(task, deterministic=True, source=f"{run_dir}/{CONFIG}")
+    rollout = make_rollout(task, source=f"{run_dir}/{CONFIG}")
     import jax
 
     from esjax.engine import flat_template

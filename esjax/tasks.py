@@ -152,13 +152,19 @@ def check_task(config: TaskConfig, source: str = "task") -> None:
         env, default_params = make_env(config.env)
     except ConfigError as error:
         raise ConfigError(f"{source}: env: {error}") from None
+    space = env.action_space(default_params)
+    discrete = hasattr(space, "n") and not hasattr(space, "low")
     try:
         _check_params(config, default_params, source)
     except ConfigError as error:
-        space = env.action_space(default_params)
-        if hasattr(space, "n") and not hasattr(space, "low"):
+        if discrete:
             raise ConfigError(f"{error} ({config.env} has discrete actions)") from None
         raise
+    if config.policy.actions == "sample" and not discrete:
+        raise ConfigError(
+            f"{source}: policy.actions: 'sample' needs discrete actions; {config.env}'s are "
+            "continuous (its policy is deterministic)"
+        )
 
 
 def _check_params(config: TaskConfig, default_params: Any, source: str) -> Any:
@@ -175,11 +181,15 @@ def make_rollout(
     config: TaskConfig,
     *,
     split: str | None = None,
-    deterministic: bool = True,
+    deterministic: bool | None = None,
     source: str = "task",
     **kwargs: Any,
 ):
-    """A :class:`~esjax.rollout.PopulationRollout` for the task (and split) a preset describes."""
+    """A :class:`~esjax.rollout.PopulationRollout` for the task (and split) a preset describes.
+
+    ``deterministic`` defaults to the preset's ``policy.actions``: one rollout serves training
+    and testing, so a policy is judged as it was trained.
+    """
     from esjax.rollout import PopulationRollout, make_env
 
     env, default_params = make_env(config.env)
@@ -190,7 +200,7 @@ def make_rollout(
         config.episode_length,
         env_params=env_params,
         env_params_sampler=split_sampler(config, split),
-        deterministic=deterministic,
+        deterministic=config.policy.actions == "greedy" if deterministic is None else deterministic,
         param_inputs=config.policy.param_inputs,
         frame_stack=config.policy.frame_stack,
         **kwargs,

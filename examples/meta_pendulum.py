@@ -187,7 +187,7 @@ def analytic_record(results: dict, preset: str, episodes: int) -> dict:
     seeds = _seed_ids(next(iter(results["runs"].values())))
     record: dict = {"budget": ANALYTIC, "seeds": seeds, "episodes": episodes}
     for split in results["splits"]:
-        rollout = make_rollout(task, split=split, deterministic=True)
+        rollout = make_rollout(task, split=split)
         for name, suffix in ((ANALYTIC, ""), ("zero", "_zero")):
             record[split + suffix] = [
                 float(reference_returns(rollout, seed_keys(s)["test"], episodes, name).mean())

@@ -100,6 +100,19 @@ def test_set_overrides_any_field_and_is_validated():
         load("cartpole", ["generations"])
 
 
+def test_policy_actions_sets_greedy_or_sampled_rollouts_and_is_validated():
+    from esjax.tasks import check_task, make_rollout
+
+    assert make_rollout(load("catch")).deterministic
+    sampled = load("catch", ["policy.actions=sample"])
+    assert not make_rollout(sampled).deterministic
+    assert make_rollout(sampled, deterministic=True).deterministic  # an explicit choice wins
+    with pytest.raises(ConfigError, match="did you mean 'sample'"):
+        load("catch", ["policy.actions=samples"])
+    with pytest.raises(ConfigError, match="needs discrete actions"):
+        check_task(load("pendulum", ["policy.actions=sample"]), "pendulum")
+
+
 # The env suite of benchmarks/suite.py: one preset per env, each named for it.
 SUITE_TASKS = (
     "pendulum", "cartpole", "acrobot", "mountaincar", "mountaincar-continuous", "catch",
