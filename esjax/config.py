@@ -248,6 +248,8 @@ class ParamDistribution:
 class PolicyConfig:
     """Network shape and inputs; for ``lstm`` the single entry of ``hidden`` is the cell size.
 
+    ``mlp`` with ``hidden = []`` is a linear policy.
+
     ``cnn`` (image observations): ``channels`` conv layers of ``kernel`` x ``kernel`` and
     ``stride``, then ``hidden`` dense layers; ``lstm`` > 0 adds a recurrent cell of that size.
 
@@ -285,7 +287,6 @@ class PolicyConfig:
             f"unknown policy kind {self.kind!r}{suggest(self.kind, POLICY_KINDS)}; "
             f"choose from {', '.join(POLICY_KINDS)}",
         )
-        _require(len(self.hidden) > 0, _child(where, "hidden"), "needs at least one size")
         _require(all(h > 0 for h in self.hidden), _child(where, "hidden"), "sizes must be positive")
         if self.kind == "lstm":
             _require(

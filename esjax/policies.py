@@ -160,7 +160,11 @@ class _LSTMNet(nn.Module):
 
 @dataclass(frozen=True)
 class MLP:
-    """Feed-forward policy: ``hidden`` layers of ``activation``; carries nothing."""
+    """Feed-forward policy: ``hidden`` layers of ``activation``; carries nothing.
+
+    No hidden layer (``hidden=()``) is a linear policy: enough where the action follows from
+    comparing one-hot positions (Breakout's ball and paddle columns), at a tenth of the weights.
+    """
 
     hidden: tuple[int, ...] = (64, 64)
     activation: str = "tanh"

@@ -417,7 +417,6 @@ def _expected_valid(raw: dict) -> bool:
         return False
     return (
         kind in ("mlp", "lstm")
-        and len(hidden) > 0
         and all(h > 0 for h in hidden)
         and (kind != "lstm" or len(hidden) == 1)
     )

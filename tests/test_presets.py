@@ -113,6 +113,24 @@ def test_policy_actions_sets_greedy_or_sampled_rollouts_and_is_validated():
         check_task(load("pendulum", ["policy.actions=sample"]), "pendulum")
 
 
+def test_an_mlp_without_hidden_layers_is_a_linear_policy_and_an_lstm_needs_a_cell():
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from esjax.tasks import make_rollout
+
+    rollout = make_rollout(load("catch", ["policy.hidden=[]"]))
+    params = rollout.policy.init(jax.random.key(0))
+    (layer,) = params["params"].values()
+    x = jax.random.normal(jax.random.key(1), (rollout.policy.input_size,))
+    action, _ = rollout.policy.apply(params, x, (), jax.random.key(2))
+    assert int(action) == int(np.argmax(x @ layer["kernel"] + layer["bias"]))
+    assert rollout.policy.num_params(params) == (x.size + 1) * jnp.size(layer["bias"])
+    with pytest.raises(ConfigError, match="an lstm takes one size"):
+        load("memory-chain", ["policy.hidden=[]"])
+
+
 # The env suite of benchmarks/suite.py: one preset per env, each named for it.
 SUITE_TASKS = (
     "pendulum", "cartpole", "acrobot", "mountaincar", "mountaincar-continuous", "catch",
