@@ -41,9 +41,9 @@ EnvParamsSampler = Callable[[jax.Array, Any], Any]
 # Bytes of member weights a chunk may hold: about a per-core L2 cache (measured best on the
 # MLP 64-64 at 2048 members, see benchmarks/README.md).
 CHUNK_PARAM_BYTES = 1 << 20
-# Steps between checks for "has every episode in the batch ended?": an episode loop stops at
-# the first check after its last episode ends, so a population that dies in 12 steps of a
-# 1000-step episode does not pay for the other 988.
+# About the steps between checks for "has every episode in the batch ended?": an episode loop
+# stops at the first check after its last episode ends, so a population that dies in 12 steps
+# of a 1000-step episode does not pay for the other 988 (see segment_steps).
 SEGMENT_STEPS = 16
 _POP_AXIS = "population"
 
@@ -588,6 +588,20 @@ class PopulationRollout:
         return jax.lax.map(member, xs, batch_size=chunk)
 
 
+def segment_steps(length: int) -> int:
+    """Steps per segment of an episode loop: a divisor of ``length`` near SEGMENT_STEPS.
+
+    A divisor leaves no remainder to scan after the loop, which would compile the step a
+    second time (measured: compilation 10-40 % longer with the remainder).
+    """
+    if length <= SEGMENT_STEPS:
+        return length
+    divisors = [d for d in range(SEGMENT_STEPS // 2, 2 * SEGMENT_STEPS + 1) if length % d == 0]
+    if not divisors:
+        return SEGMENT_STEPS
+    return min(divisors, key=lambda d: (abs(d - SEGMENT_STEPS), d))
+
+
 def _scan_while_alive(step, init, step_keys, alive):
     """``lax.scan(step, init, step_keys)``'s final carry, stopping once ``alive(carry)`` is False.
 
@@ -596,8 +610,11 @@ def _scan_while_alive(step, init, step_keys, alive):
     the step itself, so the final carry's summaries are those of the full scan.
     """
     length = step_keys.shape[0]
-    segment = min(SEGMENT_STEPS, length)
+    segment = segment_steps(length)
     full_segments, rest = divmod(length, segment)
+    if full_segments < 2:
+        # Nothing to skip, and a while_loop compiles ~30 % slower than the plain scan.
+        return jax.lax.scan(step, init, step_keys)[0]
 
     def go_on(state):
         carry, index = state
