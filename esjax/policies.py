@@ -33,6 +33,12 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 PyTree = Any
 
 
+def is_discrete(space: Any) -> bool:
+    """Duck-typed on gymnax's Discrete (``n``) and Box (``low``/``high``/``shape``), so spaces
+    of gymnax-style envs from other packages work too."""
+    return hasattr(space, "n") and not hasattr(space, "low")
+
+
 @dataclass(frozen=True)
 class ActionHead:
     """How network outputs become env actions.
@@ -49,9 +55,7 @@ class ActionHead:
 
     @classmethod
     def from_space(cls, space: Any) -> ActionHead:
-        # Duck-typed on gymnax's Discrete (``n``) and Box (``low``/``high``/``shape``), so
-        # spaces of gymnax-style envs from other packages work too.
-        if hasattr(space, "n") and not hasattr(space, "low"):
+        if is_discrete(space):
             return cls(discrete=True, size=int(space.n))
         if all(hasattr(space, name) for name in ("low", "high", "shape")):
             shape = tuple(space.shape)

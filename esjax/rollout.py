@@ -3,10 +3,9 @@
 Each episode is a ``lax.scan`` over steps, run in segments that stop once every episode of the
 batch has ended: a population of early crashes does not pay for the full episode length.
 Episodes are ``vmap``-ed over env keys (and sampled env parameters), then over population
-members. At large popsizes the members are evaluated in
-cache-sized chunks (``lax.map`` with ``batch_size``): when all 2048 members advance one step
-together, every member's weights are streamed from memory at every step; a chunk keeps its
-weights in cache for the whole episode.
+members. At large popsizes the members are evaluated in cache-sized chunks (``lax.map`` with
+``batch_size``): when all 2048 members advance one step together, every member's weights are
+streamed from memory at every step; a chunk keeps its weights in cache for the whole episode.
 
 Rollouts return summaries only (returns, valid lengths, masked observation moments), so peak
 memory does not grow with episode length; ``trajectory=True`` opts into per-step data.
@@ -592,7 +591,7 @@ def segment_steps(length: int) -> int:
     """Steps per segment of an episode loop: a divisor of ``length`` near SEGMENT_STEPS.
 
     A divisor leaves no remainder to scan after the loop, which would compile the step a
-    second time (measured: compilation 10-40 % longer with the remainder).
+    second time.
     """
     if length <= SEGMENT_STEPS:
         return length
@@ -605,7 +604,7 @@ def segment_steps(length: int) -> int:
 def _scan_while_alive(step, init, step_keys, alive):
     """``lax.scan(step, init, step_keys)``'s final carry, stopping once ``alive(carry)`` is False.
 
-    The scan runs in segments of :data:`SEGMENT_STEPS` inside a ``while_loop``. Under ``vmap``
+    The scan runs in segments of :func:`segment_steps` inside a ``while_loop``. Under ``vmap``
     the loop goes on while any episode of the batch is alive, and the ended ones are frozen by
     the step itself, so the final carry's summaries are those of the full scan.
     """

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from esjax.config import ConfigError, ParamDistribution, PolicyConfig, TaskConfig, suggest
-from esjax.policies import CNN, LSTM, MLP
+from esjax.policies import CNN, LSTM, MLP, is_discrete
 
 EnvParamsSampler = Callable[[jax.Array, Any], Any]
 
@@ -152,8 +152,7 @@ def check_task(config: TaskConfig, source: str = "task") -> None:
         env, default_params = make_env(config.env)
     except ConfigError as error:
         raise ConfigError(f"{source}: env: {error}") from None
-    space = env.action_space(default_params)
-    discrete = hasattr(space, "n") and not hasattr(space, "low")
+    discrete = is_discrete(env.action_space(default_params))
     try:
         _check_params(config, default_params, source)
     except ConfigError as error:
