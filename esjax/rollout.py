@@ -201,6 +201,10 @@ class PopulationRollout:
             policy sees (an oracle that knows the variant it is given).
         frame_stack: the policy sees the last ``frame_stack`` observations (zeros before the
             first), a memory that needs no recurrence.
+        early_exit: stop an episode batch once every episode in it has ended. The default
+            (``None``) does so unless the env can never end an episode before
+            ``episode_length`` (Pendulum, the bandits): there is nothing to skip there, and
+            the loop that checks compiles about 30 % slower than a plain scan.
     """
 
     def __init__(
@@ -218,6 +222,7 @@ class PopulationRollout:
         devices: list | None = None,
         param_inputs: tuple[str, ...] = (),
         frame_stack: int = 1,
+        early_exit: bool | None = None,
     ):
         self.env, default_params = make_env(env, env_kwargs)
         self.env_params = default_params if env_params is None else env_params
@@ -231,6 +236,9 @@ class PopulationRollout:
         if int(episode_length) <= 0:
             raise ValueError(f"episode_length must be positive, got {episode_length}")
         self.episode_length = int(episode_length)
+        if early_exit is None:
+            early_exit = can_end_early(self.env, self.env_params, self.episode_length)
+        self.early_exit = bool(early_exit)
 
         obs, _ = self.env.reset(jax.random.key(0), self.env_params)
         self.obs_shape = tuple(jnp.shape(obs))
@@ -460,7 +468,7 @@ class PopulationRollout:
                 jnp.array(True), zero, jnp.zeros((), jnp.int32), jnp.zeros_like(obs),
                 jnp.zeros_like(obs), jnp.zeros((stack_size,), jnp.float32))  # fmt: skip
         step_keys = jax.random.split(k_episode, self.episode_length)
-        if trajectory:
+        if trajectory or not self.early_exit:
             final, traj = jax.lax.scan(step, init, step_keys)
         else:
             final, traj = _scan_while_alive(step, init, step_keys, lambda carry: carry[6]), None
@@ -585,6 +593,30 @@ class PopulationRollout:
         if chunk >= popsize:
             return jax.vmap(member)(xs)
         return jax.lax.map(member, xs, batch_size=chunk)
+
+
+def can_end_early(env: Any, env_params: Any, episode_length: int) -> bool:
+    """Whether an episode of ``env`` may end before ``episode_length`` steps.
+
+    False only when it provably cannot: gymnax's ``is_terminated`` traces to a constant
+    ``False`` and the env's time limit is not shorter than the episode. Anything else
+    (another env API, a state-dependent end) counts as may-end, which costs compile time but
+    never changes a result.
+    """
+    is_terminated = getattr(env, "is_terminated", None)
+    max_steps = getattr(env_params, "max_steps_in_episode", None)
+    if is_terminated is None or max_steps is None:
+        return True
+    try:
+        if int(max_steps) < episode_length:
+            return True
+        _, state = env.reset(jax.random.key(0), env_params)
+        outputs = jax.make_jaxpr(is_terminated)(state, env_params).jaxpr.outvars
+    except Exception:  # an env we cannot inspect: assume it may end early
+        return True
+    # A constant output is a jaxpr literal, the one kind of output that carries a ``val``.
+    constant = getattr(outputs[0], "val", None) if len(outputs) == 1 else None
+    return constant is None or bool(constant)
 
 
 def segment_steps(length: int) -> int:

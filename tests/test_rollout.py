@@ -299,6 +299,41 @@ def test_truncation_at_env_time_limit_matches_reference():
     np.testing.assert_allclose(res.returns, [ep.ret for ep in episodes], rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.parametrize(
+    "env_id, episode_length, max_steps, can_end",
+    [
+        ("Pendulum-v1", 100, 100, False),  # only the time limit ends it, at the episode's end
+        ("Pendulum-v1", 30, 20, True),  # the time limit comes before the episode's end
+        ("BernoulliBandit-misc", 100, 100, False),
+        ("CartPole-v1", 200, 500, True),  # the pole falls
+        ("Catch-bsuite", 20, None, True),  # the ball lands
+    ],
+)
+def test_early_exit_is_left_out_only_where_no_episode_can_end_before_its_length(
+    env_id, episode_length, max_steps, can_end
+):
+    """The default skips the episode loop's checks only where they could never stop it."""
+    env, params = gymnax.make(env_id)
+    if max_steps is not None:
+        params = params.replace(max_steps_in_episode=max_steps)
+    assert rollout_module.can_end_early(env, params, episode_length) is can_end
+    ro = esjax.PopulationRollout(env_id, MLP((4,)), episode_length, env_params=params)
+    assert ro.early_exit is can_end
+    # Either way the numbers are the same: a Python loop over env.step is the reference.
+    other = esjax.PopulationRollout(
+        env_id, MLP((4,)), episode_length, env_params=params, early_exit=not can_end
+    )
+    weights = ro.init_params(jax.random.key(3))
+    key = jax.random.key(4)
+    res, res_other = ro.batch(key, weights, 2), other.batch(key, weights, 2)
+    np.testing.assert_array_equal(res.returns, res_other.returns)
+    np.testing.assert_array_equal(res.lengths, res_other.lengths)
+    ref = Reference(env_id, ro.policy, env_params=params)
+    episodes = [ref.run(k, weights, episode_length) for k in jax.random.split(key, 2)]
+    np.testing.assert_array_equal(res.lengths, [ep.length for ep in episodes])
+    np.testing.assert_allclose(res.returns, [ep.ret for ep in episodes], rtol=RTOL, atol=ATOL)
+
+
 class PassThrough:
     """A do-nothing wrapper around a gymnax env; esjax then has to go through ``env.step``."""
 
