@@ -568,8 +568,10 @@ def test_trajectory_is_opt_in_and_consistent_with_summaries():
 
 
 # --------------------------------------------------------------------------- 9. memory
-def _compiled_bytes(episode_length, what="returns"):
-    ro = esjax.PopulationRollout("Pendulum-v1", MLP((16, 16)), episode_length)
+def _compiled_bytes(episode_length, what="returns", early_exit=None):
+    ro = esjax.PopulationRollout(
+        "Pendulum-v1", MLP((16, 16)), episode_length, early_exit=early_exit
+    )
     key = jax.random.key(91)
     pop_params = init_pop(ro, jax.random.key(92), 4)
     fn = {
@@ -582,11 +584,12 @@ def _compiled_bytes(episode_length, what="returns"):
     return stats.temp_size_in_bytes + stats.output_size_in_bytes + stats.argument_size_in_bytes
 
 
-def test_memory_does_not_grow_with_episode_length():
-    short = _compiled_bytes(200)
+@pytest.mark.parametrize("early_exit", [False, True], ids=["plain_scan", "early_exit_loop"])
+def test_memory_does_not_grow_with_episode_length(early_exit):
+    short = _compiled_bytes(200, early_exit=early_exit)
     if short is None:
         pytest.skip("compiled.memory_analysis() returned None on this backend: no byte counts")
-    long = _compiled_bytes(1000)
+    long = _compiled_bytes(1000, early_exit=early_exit)
     assert long <= 1.10 * short, f"{short} bytes at 200 steps, {long} bytes at 1000 steps"
     # The measurement can see per-step storage: trajectories do grow with episode length.
     traj_short, traj_long = _compiled_bytes(200, "trajectory"), _compiled_bytes(1000, "trajectory")
