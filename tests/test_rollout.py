@@ -591,8 +591,14 @@ def test_memory_does_not_grow_with_episode_length(early_exit):
         pytest.skip("compiled.memory_analysis() returned None on this backend: no byte counts")
     long = _compiled_bytes(1000, early_exit=early_exit)
     assert long <= 1.10 * short, f"{short} bytes at 200 steps, {long} bytes at 1000 steps"
-    # The measurement can see per-step storage: trajectories do grow with episode length.
-    traj_short, traj_long = _compiled_bytes(200, "trajectory"), _compiled_bytes(1000, "trajectory")
+
+
+def test_the_memory_measurement_sees_per_step_storage():
+    """Trajectories do grow with episode length, so the test above could fail."""
+    traj_short = _compiled_bytes(200, "trajectory")
+    if traj_short is None:
+        pytest.skip("compiled.memory_analysis() returned None on this backend: no byte counts")
+    traj_long = _compiled_bytes(1000, "trajectory")
     assert traj_long > 2 * traj_short, (traj_short, traj_long)
 
 
