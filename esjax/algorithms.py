@@ -229,6 +229,13 @@ def info(name: str) -> AlgorithmInfo:
             "initial perturbation std"
             + ("; also the spread of the initial population" if population_based else ""),
         )
+    if population_based:
+        settings["validate_top"] = Setting(
+            1,
+            "int",
+            "members of the best by training fitness re-tested on fresh episodes at each "
+            "block's end, the best of them reported (1: the best by training fitness, untested)",
+        )
     if takes_std_schedule:
         settings["std_decay"] = Setting(1.0, "number", "std multiplied by this every generation")
         settings["std_min"] = Setting(0.0, "number", "floor of the decayed std")

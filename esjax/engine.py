@@ -254,6 +254,7 @@ def make_engine(
     sampler = rollout.env_params_sampler
     bounds = sampler.bounds() if hasattr(sampler, "bounds") else {}
     groups = int(strategy.spec.settings.get("env_groups", 1))
+    validate_top = min(int(strategy.spec.settings.get("validate_top", 1)), popsize)
     mesh = Mesh(np.array(rollout.devices), ("population",))
     pairs = mirrored(strategy.spec)
 
@@ -348,7 +349,36 @@ def make_engine(
             # real conditional: padded steps cost nothing and never touch the state.
             return jax.lax.cond(index < n_active, step, lambda s: (s, padding), state)
 
-        return jax.lax.scan(body, state, jnp.arange(block))
+        state, metrics = jax.lax.scan(body, state, jnp.arange(block))
+        if validate_top > 1:
+            state = report_validated(state)
+        return state, metrics
+
+    def report_validated(state: RunState) -> RunState:
+        """Report the best of the leading members on fresh episodes, not the luckiest draw.
+
+        A population-based algorithm reports the member with the best training fitness; with
+        few noisy rollouts that is the luckiest of many near-equal members (a GA's population
+        converges to them), and one that tests worse than most. Each of ``validate_top``
+        leaders is re-tested on evaluation-like episodes drawn afresh per generation (from a
+        key the evaluation episodes never use), and the best is reported. Only the report
+        changes: the search reads its population, never this member. The key depends on the
+        generation alone, so resumed or differently blocked runs report the same member.
+        """
+        candidates = strategy_built.leading_members(state.strategy, validate_top)
+        obs_stats = norm_stats(state.norm) if normalize_obs else None
+        key = jax.random.fold_in(jax.random.wrap_key_data(state.eval_key), state.generation)
+        same = eval_rollout.env_params_sampler is sampler
+        result = eval_rollout.population(
+            key,
+            jax.vmap(unravel)(candidates),
+            eval_episodes,
+            obs_stats,
+            bounds=state.bounds if same else None,
+        )
+        scores, _ = mean_and_std(result.returns)
+        chosen = candidates[jnp.argmax(jnp.where(jnp.isfinite(scores), scores, -jnp.inf))]
+        return state.replace(strategy=strategy_built.report(state.strategy, chosen))
 
     def evaluate_one(state: RunState) -> dict[str, jax.Array]:
         members = jnp.stack([state.strategy.mean, state.gen_best])

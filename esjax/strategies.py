@@ -385,6 +385,16 @@ class Strategy:
     def mean(self, state: Any) -> jax.Array:
         return state.mean
 
+    def leading_members(self, state: PopulationState, count: int) -> jax.Array:
+        """The ``count`` members of the last told population with the best fitness, best first."""
+        inner = state.algorithm
+        order = jnp.argsort(inner.fitness)[:count]  # evosax minimises
+        return inner.population[order]
+
+    def report(self, state: PopulationState, member: jax.Array) -> PopulationState:
+        """``state`` reporting ``member`` as its "mean"; the search itself never reads it."""
+        return state.replace(mean=jnp.where(state.evaluated, member, state.mean))
+
 
 def _param_value(default: Any, value: Any) -> Any:
     """``value`` in the type evosax's default params use for that field."""

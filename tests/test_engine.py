@@ -33,9 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 POP, STEPS, EPISODES = 8, 16, 4
 
 
-def small_engine(env="Pendulum-v1", normalize_obs=True, block=4, strategy="open_es"):
+def small_engine(env="Pendulum-v1", normalize_obs=True, block=4, strategy="open_es", **settings):
     rollout = PopulationRollout(env, MLP(hidden=(8,)), STEPS)
-    spec = load_strategy(strategy, {"popsize": POP})
+    spec = load_strategy(strategy, {"popsize": POP, **settings})
     return make_engine(
         rollout,
         rollout,
@@ -264,3 +264,48 @@ def test_reported_sums_are_the_same_bits_at_any_number_of_stacked_runs():
         np.testing.assert_array_equal(np.asarray(summed(x[:runs])), every[:runs])
     np.testing.assert_allclose(every, np.asarray(x, np.float64).sum(-1), rtol=0, atol=1e-2)
     assert float(ordered_sum(jnp.ones(5))) == 5.0
+
+
+def test_validated_report_is_the_leader_that_tests_best_and_leaves_the_search_alone():
+    top = 4
+    plain = small_engine(strategy="SimpleGA", block=3)
+    validated = small_engine(strategy="SimpleGA", block=3, validate_top=top)
+    seeds = jnp.arange(2)
+    a, _ = plain.run_block(plain.init(seeds), jnp.asarray(3, jnp.int32))
+    b, _ = validated.run_block(validated.init(seeds), jnp.asarray(3, jnp.int32))
+    # The member is chosen on the generation's own key: blocks of 1 + 2 report the same one.
+    split, _ = validated.run_block(validated.init(seeds), jnp.asarray(1, jnp.int32))
+    split, _ = validated.run_block(split, jnp.asarray(2, jnp.int32))
+    assert_same(split, b)
+    # The search is untouched: population, fitness, keys and statistics are bit-identical.
+    assert_same(a.strategy.algorithm, b.strategy.algorithm)
+    assert_same((a.key, a.norm, a.gen_best), (b.key, b.norm, b.gen_best))
+    chose_another = False
+    for seed in range(2):
+        fitness = np.asarray(a.strategy.algorithm.fitness[seed])
+        population = np.asarray(a.strategy.algorithm.population[seed])
+        leaders = population[np.argsort(fitness, kind="stable")[:top]]
+        # Without validation the report is the best by training fitness (evosax minimises).
+        np.testing.assert_array_equal(np.asarray(a.strategy.mean[seed]), leaders[0])
+        # Each leader tested on its own, on the episodes of this generation's validation key.
+        key = jax.random.fold_in(jax.random.wrap_key_data(b.eval_key[seed]), b.generation[seed])
+        stats = norm_stats(jax.tree.map(lambda x, s=seed: x[s], b.norm))
+        scores = [
+            float(
+                np.mean(
+                    validated.eval_rollout.population(
+                        key,
+                        jax.tree.map(lambda x: x[None], validated.unravel(leader)),
+                        EPISODES,
+                        stats,
+                    ).returns
+                )
+            )
+            for leader in leaders
+        ]
+        reported = np.asarray(b.strategy.mean[seed])
+        index = [i for i, leader in enumerate(leaders) if np.array_equal(leader, reported)]
+        assert index, "the reported member is not one of the leaders"
+        np.testing.assert_allclose(scores[index[0]], max(scores), rtol=1e-5)
+        chose_another |= index[0] != 0
+    assert chose_another, "validation never changed the report: the test shows nothing"
