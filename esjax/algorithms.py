@@ -236,6 +236,9 @@ def info(name: str) -> AlgorithmInfo:
             "members of the best by training fitness re-tested on fresh episodes at each "
             "block's end, the best of them reported (1: the best by training fitness, untested)",
         )
+        settings["validate_episodes"] = Setting(
+            None, "int", "episodes per re-tested member; default: the evaluation's count"
+        )
     if takes_std_schedule:
         settings["std_decay"] = Setting(1.0, "number", "std multiplied by this every generation")
         settings["std_min"] = Setting(0.0, "number", "floor of the decayed std")

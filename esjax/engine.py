@@ -255,6 +255,7 @@ def make_engine(
     bounds = sampler.bounds() if hasattr(sampler, "bounds") else {}
     groups = int(strategy.spec.settings.get("env_groups", 1))
     validate_top = min(int(strategy.spec.settings.get("validate_top", 1)), popsize)
+    validate_episodes = int(strategy.spec.settings.get("validate_episodes") or eval_episodes)
     mesh = Mesh(np.array(rollout.devices), ("population",))
     pairs = mirrored(strategy.spec)
 
@@ -360,10 +361,12 @@ def make_engine(
         A population-based algorithm reports the member with the best training fitness; with
         few noisy rollouts that is the luckiest of many near-equal members (a GA's population
         converges to them), and one that tests worse than most. Each of ``validate_top``
-        leaders is re-tested on evaluation-like episodes drawn afresh per generation (from a
-        key the evaluation episodes never use), and the best is reported. Only the report
-        changes: the search reads its population, never this member. The key depends on the
-        generation alone, so resumed or differently blocked runs report the same member.
+        leaders is re-tested on ``validate_episodes`` evaluation-like episodes drawn afresh per
+        generation (from a key the evaluation episodes never use), and the best is reported.
+        Ties go to the better training fitness, so the episodes must be enough to show a rare
+        failure. Only the report changes: the search reads its population, never this member.
+        The key depends on the generation alone, so resumed or differently blocked runs report
+        the same member.
         """
         candidates = strategy_built.leading_members(state.strategy, validate_top)
         obs_stats = norm_stats(state.norm) if normalize_obs else None
@@ -372,7 +375,7 @@ def make_engine(
         result = eval_rollout.population(
             key,
             jax.vmap(unravel)(candidates),
-            eval_episodes,
+            validate_episodes,
             obs_stats,
             bounds=state.bounds if same else None,
         )

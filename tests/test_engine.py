@@ -269,7 +269,7 @@ def test_reported_sums_are_the_same_bits_at_any_number_of_stacked_runs():
 def test_validated_report_is_the_leader_that_tests_best_and_leaves_the_search_alone():
     top = 4
     plain = small_engine(strategy="SimpleGA", block=3)
-    validated = small_engine(strategy="SimpleGA", block=3, validate_top=top)
+    validated = small_engine(strategy="SimpleGA", block=3, validate_top=top, validate_episodes=6)
     seeds = jnp.arange(2)
     a, _ = plain.run_block(plain.init(seeds), jnp.asarray(3, jnp.int32))
     b, _ = validated.run_block(validated.init(seeds), jnp.asarray(3, jnp.int32))
@@ -296,7 +296,7 @@ def test_validated_report_is_the_leader_that_tests_best_and_leaves_the_search_al
                     validated.eval_rollout.population(
                         key,
                         jax.tree.map(lambda x: x[None], validated.unravel(leader)),
-                        EPISODES,
+                        6,
                         stats,
                     ).returns
                 )
