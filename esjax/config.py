@@ -377,7 +377,7 @@ class TaskConfig:
     popsize: int | None = None
     normalize_obs: bool = False
     generations: int = 100
-    env_params: dict[str, float] = field(default_factory=dict)
+    env_params: dict[str, float | bool] = field(default_factory=dict)
     env_sampler: dict[str, ParamDistribution] = field(default_factory=dict)
     splits: dict[str, dict[str, ParamDistribution]] = field(default_factory=dict)
     # ``rows`` and ``columns``: the default axes of ``esjax eval RUN --grid``.

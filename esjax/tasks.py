@@ -124,7 +124,23 @@ def make_sampler(distributions: Mapping[str, ParamDistribution]) -> ParamSampler
 def fixed_env_params(config: TaskConfig, default_params: Any, source: str = "task") -> Any:
     """The env's default params with the preset's fixed overrides applied."""
     check_param_names(list(config.env_params), default_params, f"{source}: env_params")
+    check_param_types(config.env_params, default_params, source)
     return default_params.replace(**config.env_params) if config.env_params else default_params
+
+
+def check_param_types(values: Mapping[str, Any], default_params: Any, source: str) -> None:
+    """A switch (MetaMaze's ``normalize_time``) takes true or false, every other param a number.
+
+    gymnax selects with a switch's value, so a number there would fail deep inside a trace.
+    Names the env does not have are left to :func:`check_param_names`.
+    """
+    for name, value in values.items():
+        if not hasattr(default_params, name):
+            continue
+        is_switch = isinstance(getattr(default_params, name), bool)
+        if is_switch != isinstance(value, bool):
+            wanted = "true or false" if is_switch else "a number"
+            raise ConfigError(f"{source}: env_params.{name} must be {wanted}, got {value!r}")
 
 
 def split_sampler(config: TaskConfig, split: str | None) -> EnvParamsSampler | None:
@@ -153,6 +169,7 @@ def check_task(config: TaskConfig, source: str = "task") -> None:
     except ConfigError as error:
         raise ConfigError(f"{source}: env: {error}") from None
     discrete = is_discrete(env.action_space(default_params))
+    check_param_types(config.env_params, default_params, source)
     try:
         _check_params(config, default_params, source)
     except ConfigError as error:

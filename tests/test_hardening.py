@@ -99,6 +99,14 @@ BAD_INPUT = {
         ["evolve", "pendulum", "--set", "env_params.l=nan"],
         ["env_params.l", "must be a finite number, got nan"],
     ),
+    "number_for_an_env_switch": (
+        ["evolve", "metamaze", "--set", "env_params.normalize_time=1"],
+        ["env_params.normalize_time", "must be true or false"],
+    ),
+    "switch_for_an_env_number": (
+        ["evolve", "pendulum", "--set", "env_params.g=true"],
+        ["env_params.g", "must be a number, got True"],
+    ),
     "network_that_cannot_fit": (
         ["evolve", "pendulum", "--set", "policy.hidden=[100000,100000]"],
         ["a generation needs about", "GiB", "available", "policy.hidden"],

@@ -113,6 +113,22 @@ def test_policy_actions_sets_greedy_or_sampled_rollouts_and_is_validated():
         check_task(load("pendulum", ["policy.actions=sample"]), "pendulum")
 
 
+def test_an_env_switch_is_set_with_true_or_false_and_reaches_the_env():
+    import jax
+
+    from esjax.tasks import make_rollout
+
+    assert load("metamaze", ["env_params.normalize_time=true"]).env_params["normalize_time"]
+    rollout = make_rollout(load("metamaze", ["env_params.normalize_time=true"]))
+    assert rollout.env_params.normalize_time is True
+    # gymnax selects on the switch: the step count (here 3) is seen scaled into [-1, 1].
+    obs, state = rollout.env.reset(jax.random.key(0), rollout.env_params)
+    for i in range(3):
+        obs, state, *_ = rollout.env.step(jax.random.key(i), state, 0, rollout.env_params)
+    assert float(state.time) == 3.0
+    assert -1.0 < float(obs[-1]) < 0.0
+
+
 def test_an_mlp_without_hidden_layers_is_a_linear_policy_and_an_lstm_needs_a_cell():
     import jax
     import jax.numpy as jnp
