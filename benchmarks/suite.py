@@ -174,6 +174,11 @@ def figure(names: list[str], out: Path, path: Path) -> Path:
         ax.set_title(env_id, fontsize=9)
         ax.set_xlabel("env steps", fontsize=8)
         ax.tick_params(labelsize=7)
+        ax.ticklabel_format(axis="y", useOffset=False)  # a flat curve reads 1.1, not 1e-8 + 1.1
+        low, high = ax.get_ylim()
+        if high - low < 0.05 * max(1.0, abs(high)):  # curves on the blines line: show a scale
+            middle = (low + high) / 2
+            ax.set_ylim(middle - 0.5, middle + 0.5)
         if i == 0:
             ax.legend(fontsize=7)
     fig.savefig(path, dpi=90)
