@@ -369,31 +369,31 @@ def make_engine(
         the same member.
         """
         candidates = strategy_built.leading_members(state.strategy, validate_top)
-        obs_stats = norm_stats(state.norm) if normalize_obs else None
         key = jax.random.fold_in(jax.random.wrap_key_data(state.eval_key), state.generation)
-        same = eval_rollout.env_params_sampler is sampler
-        result = eval_rollout.population(
-            key,
-            jax.vmap(unravel)(candidates),
-            validate_episodes,
-            obs_stats,
-            bounds=state.bounds if same else None,
-        )
-        scores, _ = mean_and_std(result.returns)
+        scores, _ = mean_and_std(test_returns(state, candidates, key, validate_episodes))
         chosen = candidates[jnp.argmax(jnp.where(jnp.isfinite(scores), scores, -jnp.inf))]
         return state.replace(strategy=strategy_built.report(state.strategy, chosen))
 
-    def evaluate_one(state: RunState) -> dict[str, jax.Array]:
-        members = jnp.stack([state.strategy.mean, state.gen_best])
+    def test_returns(state: RunState, members: jax.Array, key: jax.Array, episodes: int):
+        """``(members, episodes)`` returns of flat ``members`` through the evaluation rollout,
+        with frozen statistics, on the episodes of ``key``: evaluation and validation alike."""
         obs_stats = norm_stats(state.norm) if normalize_obs else None
-        key = jax.random.wrap_key_data(state.eval_key)
-        params = jax.vmap(unravel)(members)
         # Evaluation episodes are drawn with this run's bounds when the sampler is the same.
         same = eval_rollout.env_params_sampler is sampler
         result = eval_rollout.population(
-            key, params, eval_episodes, obs_stats, bounds=state.bounds if same else None
+            key,
+            jax.vmap(unravel)(members),
+            episodes,
+            obs_stats,
+            bounds=state.bounds if same else None,
         )
-        mean, std = mean_and_std(result.returns)  # over episodes, of (mean, best)
+        return result.returns
+
+    def evaluate_one(state: RunState) -> dict[str, jax.Array]:
+        members = jnp.stack([state.strategy.mean, state.gen_best])
+        key = jax.random.wrap_key_data(state.eval_key)
+        returns = test_returns(state, members, key, eval_episodes)
+        mean, std = mean_and_std(returns)  # over episodes, of (mean, best)
         return evaluation_metrics(mean, std)
 
     def run_block(state, n_active):
