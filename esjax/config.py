@@ -208,7 +208,7 @@ def _child(where: str, name: str) -> str:
 
 # ---------------------------------------------------------------------------- task specs
 DISTRIBUTIONS = ("uniform", "log_uniform", "choice", "random_sign")
-POLICY_KINDS = ("mlp", "lstm", "cnn")
+POLICY_KINDS = ("mlp", "lstm", "gru", "cnn")
 ACTION_MODES = ("greedy", "sample")
 
 
@@ -246,7 +246,7 @@ class ParamDistribution:
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    """Network shape and inputs; for ``lstm`` the single entry of ``hidden`` is the cell size.
+    """Network shape and inputs; for ``lstm`` and ``gru`` ``hidden`` is the one cell size.
 
     ``mlp`` with ``hidden = []`` is a linear policy.
 
@@ -288,9 +288,11 @@ class PolicyConfig:
             f"choose from {', '.join(POLICY_KINDS)}",
         )
         _require(all(h > 0 for h in self.hidden), _child(where, "hidden"), "sizes must be positive")
-        if self.kind == "lstm":
+        if self.kind in ("lstm", "gru"):
             _require(
-                len(self.hidden) == 1, _child(where, "hidden"), "an lstm takes one size, e.g. [32]"
+                len(self.hidden) == 1,
+                _child(where, "hidden"),
+                f"{'an' if self.kind == 'lstm' else 'a'} {self.kind} takes one size, e.g. [32]",
             )
         if self.kind == "cnn":
             _require(

@@ -16,12 +16,12 @@ import jax
 import jax.numpy as jnp
 
 from esjax.config import ConfigError, ParamDistribution, PolicyConfig, TaskConfig, suggest
-from esjax.policies import CNN, LSTM, MLP, is_discrete
+from esjax.policies import CNN, GRU, LSTM, MLP, is_discrete
 
 EnvParamsSampler = Callable[[jax.Array, Any], Any]
 
 
-def policy_spec(config: PolicyConfig) -> MLP | LSTM | CNN:
+def policy_spec(config: PolicyConfig) -> MLP | LSTM | GRU | CNN:
     if config.kind == "cnn":
         return CNN(
             channels=config.channels,
@@ -32,8 +32,9 @@ def policy_spec(config: PolicyConfig) -> MLP | LSTM | CNN:
             lstm=config.lstm,
             meta_inputs=config.meta_inputs,
         )
-    if config.kind == "lstm":
-        return LSTM(hidden=config.hidden[0], meta_inputs=config.meta_inputs)
+    if config.kind in ("lstm", "gru"):
+        cell = LSTM if config.kind == "lstm" else GRU
+        return cell(hidden=config.hidden[0], meta_inputs=config.meta_inputs)
     return MLP(hidden=config.hidden, activation=config.activation, meta_inputs=config.meta_inputs)
 
 

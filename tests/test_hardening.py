@@ -424,9 +424,9 @@ def _expected_valid(raw: dict) -> bool:
     if not all(isinstance(h, int) and not isinstance(h, bool) for h in hidden):
         return False
     return (
-        kind in ("mlp", "lstm")
+        kind in ("mlp", "lstm", "gru")
         and all(h > 0 for h in hidden)
-        and (kind != "lstm" or len(hidden) == 1)
+        and (kind == "mlp" or len(hidden) == 1)
     )
 
 
@@ -441,7 +441,7 @@ task_tables = st.fixed_dictionaries(
         "policy": st.fixed_dictionaries(
             {},
             optional={
-                "kind": st.sampled_from(["mlp", "lstm", "mpl"]),
+                "kind": st.sampled_from(["mlp", "lstm", "gru", "mpl"]),
                 "hidden": st.lists(st.one_of(st.integers(-2, 64), st.booleans()), max_size=3),
             },
         ),

@@ -31,7 +31,7 @@ import pytest
 
 import esjax
 import esjax.rollout as rollout_module
-from esjax.policies import LSTM, MLP
+from esjax.policies import GRU, LSTM, MLP
 
 RTOL = 1e-5
 ATOL = 1e-4
@@ -189,10 +189,11 @@ def test_raw_uint32_keys_are_accepted_like_typed_keys():
 
 
 # --------------------------------------------------------------------------- 2. LSTM
+@pytest.mark.parametrize("cell", [LSTM, GRU])
 @pytest.mark.parametrize(("env_id", "T"), [("Pendulum-v1", 40), ("CartPole-v1", 60)])
-def test_lstm_with_meta_inputs_matches_reference_loop(env_id, T):
+def test_recurrent_policy_with_meta_inputs_matches_reference_loop(env_id, T, cell):
     pop, R = 3, 2
-    spec = LSTM(8, meta_inputs=("action", "reward", "done"))
+    spec = cell(8, meta_inputs=("action", "reward", "done"))
     ro = esjax.PopulationRollout(env_id, spec, T)
     key = jax.random.key(11)
     pop_params = init_pop(ro, jax.random.key(12), pop)
