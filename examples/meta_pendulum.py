@@ -154,7 +154,7 @@ def main() -> None:
             parser.error(f"--merge {other}: {err}")
     if args.merge:
         (out / "merged.json").write_text(json.dumps(results, indent=1))
-    table = score_table(results) + "\n" + paired_table(results)
+    table = all_tables(results)
     (out / "table.md").write_text(table)
     print(table)
     plot_scores(results, out / "scores.png")
@@ -172,7 +172,7 @@ def tables_from_results(path: Path, preset: str, episodes: int) -> None:
     if ANALYTIC not in results["runs"]:
         results["runs"][ANALYTIC] = analytic_record(results, preset, episodes)
         path.write_text(json.dumps(results, indent=1) + "\n")
-    print(score_table(results) + "\n" + paired_table(results))
+    print(all_tables(results))
 
 
 def analytic_record(results: dict, preset: str, episodes: int) -> dict:
@@ -225,6 +225,59 @@ def _seed_ids(record: dict) -> list[int]:
     return list(record.get("seeds", range(count)))
 
 
+def all_tables(results: dict) -> str:
+    """Every table docs/meta.md shows for one task, from its per-seed results."""
+    tables = [score_table(results), paired_table(results)]
+    if len(test_sets(results)) > 1:
+        tables.insert(0, test_set_table(results))
+    return "\n".join(tables)
+
+
+def _table_rows(runs: dict) -> list[tuple[str, str, str]]:
+    """``(label, run name, key suffix)`` per row: the analytic controller first, the LSTM's
+    memory lesion after the LSTM, the zero action last."""
+    rows = [(LABELS.get(n, n), n, "") for n in runs if n != ANALYTIC]
+    if ANALYTIC in runs:
+        rows.insert(0, (LABELS[ANALYTIC], ANALYTIC, ""))
+    if "lstm" in runs:
+        at = [name for _, name, _ in rows].index("lstm") + 1
+        rows.insert(at, ("LSTM, memory lesion", "lstm", "_lesion"))
+    floor = ANALYTIC if ANALYTIC in runs else "mlp_oracle"
+    if floor in runs:
+        rows.append(("zero torque", floor, "_zero"))
+    return rows
+
+
+def test_sets(results: dict) -> list[str]:
+    """The held-out sets that are averaged into one score (the CaDM split's test-1 .. test-4)."""
+    return [s for s in results["splits"] if s.startswith("test")]
+
+
+def test_set_table(results: dict) -> str:
+    """Markdown: mean test return per split, the mean of the test sets, and that mean per seed.
+
+    A seed's mean of the test sets weighs each set equally (the published protocol's score).
+    """
+    runs, splits, tests = results["runs"], results["splits"], test_sets(results)
+    head = " | ".join(splits)
+    lines = [
+        f"| policy | {head} | mean of the {len(tests)} test sets | per seed | wall |",
+        "|" + "---|" * (len(splits) + 4),
+    ]
+    for label, name, suffix in _table_rows(runs):
+        record = runs[name]
+        if any(record.get(split + suffix) is None for split in splits):
+            continue
+        cells = [f"{m:.0f} ± {ci:.0f}" for m, ci in (mean_ci(record[s + suffix]) for s in splits)]
+        per_test = (record[t + suffix] for t in tests)
+        per_seed = [sum(v) / len(tests) for v in zip(*per_test, strict=True)]
+        m, ci = mean_ci(per_seed)
+        cells += [f"{m:.0f} ± {ci:.0f}", " / ".join(f"{v:.0f}" for v in per_seed)]
+        wall = record.get("wall_s") if not suffix and name != ANALYTIC else None
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {_wall(wall)} |")
+    return "\n".join(lines) + "\n"
+
+
 def score_table(results: dict) -> str:
     """Markdown: mean test return and both normalised scores (mean ± 95% CI over seeds).
 
@@ -239,15 +292,7 @@ def score_table(results: dict) -> str:
     cells_per_split = ("return", "score vs analytic", "score vs oracle")
     header = " | ".join(f"{s} {c}" for s in splits for c in cells_per_split)
     lines = [f"| policy | {header} | wall |", "|" + "---|" * (3 * len(splits) + 2)]
-    rows = [(LABELS.get(n, n), n, "") for n in runs if n != ANALYTIC]
-    if reference is not None:
-        rows.insert(0, (LABELS[ANALYTIC], ANALYTIC, ""))
-    if "lstm" in runs:
-        at = [name for _, name, _ in rows].index("lstm") + 1
-        rows.insert(at, ("LSTM, memory lesion", "lstm", "_lesion"))
-    floor = ANALYTIC if reference is not None else "mlp_oracle"
-    rows.append(("zero torque", floor, "_zero"))
-    for label, name, suffix in rows:
+    for label, name, suffix in _table_rows(runs):
         cells = []
         for split in splits:
             values = runs[name].get(split + suffix)

@@ -132,3 +132,31 @@ def test_score_table_normalises_per_seed_against_analytic_and_by_means_against_o
     assert table.splitlines()[2].startswith("| analytic controller")
     paired = example.paired_table(results)
     assert "| analytic − LSTM | +150 ± " in paired
+
+
+def test_test_set_table_averages_each_seeds_test_sets_with_equal_weight():
+    """Worked by hand: seed 0's test sets -100, -300 -> -200; seed 1's -200, -600 -> -400;
+    their mean is -300. The train split is shown but not averaged in."""
+    example = load_example()
+    results = {
+        "task": "t",
+        "splits": ["train", "test-1", "test-2"],
+        "runs": {
+            "lstm": {
+                "train": [-50.0, -70.0],
+                "test-1": [-100.0, -200.0],
+                "test-2": [-300.0, -600.0],
+                "wall_s": 12.0,
+            },
+        },
+    }
+    assert example.test_sets(results) == ["test-1", "test-2"]
+    table = example.test_set_table(results)
+    header, _, lstm = table.splitlines()
+    assert "mean of the 2 test sets" in header
+    cells = [c.strip() for c in lstm.strip("|").split("|")]
+    assert cells[0] == "LSTM" and cells[1].startswith("-60 ± ")
+    assert cells[4].startswith("-300 ± ") and cells[5] == "-200 / -400" and cells[6] == "12 s"
+    assert example.all_tables(results).startswith(table)
+    no_test_sets = dict(results, splits=["train", "extrapolate"])
+    assert "mean of the" not in example.all_tables(no_test_sets)
