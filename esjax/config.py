@@ -292,7 +292,7 @@ class PolicyConfig:
             _require(
                 len(self.hidden) == 1,
                 _child(where, "hidden"),
-                f"{'an' if self.kind == 'lstm' else 'a'} {self.kind} takes one size, e.g. [32]",
+                f"kind {self.kind!r} takes one size (the cell's), e.g. [32]",
             )
         if self.kind == "cnn":
             _require(

@@ -61,7 +61,7 @@ def evaluate_policy(
 ) -> np.ndarray:
     """Test returns of a run's policy, like :func:`esjax.evolve.evaluate_run`, with two variants.
 
-    ``lesion``: the LSTM's state is reset before every step (:func:`memory_lesion`).
+    ``lesion``: the recurrent policy's state is reset before every step (:func:`memory_lesion`).
     ``zero``: every weight set to zero, so the action is zero (zero torque) whatever the input:
     the normalised score's floor, on exactly the episodes the policy is tested on.
     """

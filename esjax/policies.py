@@ -260,8 +260,8 @@ class LSTM(_Recurrent):
 
 @dataclass(frozen=True)
 class GRU(_Recurrent):
-    """Recurrent policy: a GRU cell of ``hidden`` units. One state vector instead of the
-    LSTM's two and three gate blocks instead of four: about three quarters of its weights.
+    """Recurrent policy: a GRU cell of ``hidden`` units. One state vector (an LSTM has two)
+    and three gate blocks (an LSTM has four): about three quarters of an LSTM's weights.
     """
 
     def _net(self, outputs: int) -> nn.Module:
@@ -418,7 +418,7 @@ PolicySpec = MLP | LSTM | GRU | CNN
 def memory_lesion(policy: Policy) -> Policy:
     """The same policy with its recurrent state reset before every step.
 
-    Evaluating a trained LSTM this way measures how much of its score comes from memory.
+    Evaluating a trained recurrent policy this way measures how much of its score comes from memory.
     """
 
     def apply(params, x, carry, key):

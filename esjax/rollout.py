@@ -32,7 +32,7 @@ from jax.sharding import PartitionSpec as P
 from esjax.config import ConfigError, suggest
 from esjax.fitness import member_returns
 from esjax.noise import LazyPopulation
-from esjax.policies import CNN, LSTM, MLP, Policy
+from esjax.policies import Policy, PolicySpec
 
 PyTree = Any
 EnvParamsSampler = Callable[[jax.Array, Any], Any]
@@ -184,7 +184,7 @@ class PopulationRollout:
 
     Args:
         env: a gymnax env id (``"Pendulum-v1"``) or any gymnax-style env object.
-        policy: a policy spec (``esjax.policies.MLP`` / ``LSTM`` / ``CNN``) or a built
+        policy: a policy spec (``esjax.policies.MLP`` / ``LSTM`` / ``GRU`` / ``CNN``) or a built
             :class:`Policy`.
         episode_length: steps per episode (default: the env's ``max_steps_in_episode``).
         env_params: fixed env params (default: the env's defaults).
@@ -210,7 +210,7 @@ class PopulationRollout:
     def __init__(
         self,
         env: str | Any,
-        policy: MLP | LSTM | CNN | Policy,
+        policy: PolicySpec | Policy,
         episode_length: int | None = None,
         *,
         env_params: Any = None,

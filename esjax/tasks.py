@@ -16,12 +16,12 @@ import jax
 import jax.numpy as jnp
 
 from esjax.config import ConfigError, ParamDistribution, PolicyConfig, TaskConfig, suggest
-from esjax.policies import CNN, GRU, LSTM, MLP, is_discrete
+from esjax.policies import CNN, GRU, LSTM, MLP, PolicySpec, is_discrete
 
 EnvParamsSampler = Callable[[jax.Array, Any], Any]
 
 
-def policy_spec(config: PolicyConfig) -> MLP | LSTM | GRU | CNN:
+def policy_spec(config: PolicyConfig) -> PolicySpec:
     if config.kind == "cnn":
         return CNN(
             channels=config.channels,

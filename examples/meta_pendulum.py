@@ -226,10 +226,14 @@ def _seed_ids(record: dict) -> list[int]:
 
 
 def all_tables(results: dict) -> str:
-    """Every table docs/meta.md shows for one task, from its per-seed results."""
+    """Every table docs/meta.md shows for one task, from its per-seed results.
+
+    The table of test-set means only where several test sets make one score (the CaDM split);
+    a single held-out split is read off the score table directly.
+    """
     tables = [score_table(results), paired_table(results)]
-    if len(test_sets(results)) > 1:
-        tables.insert(0, test_set_table(results))
+    if len(held_out_test_splits(results)) > 1:
+        tables.insert(0, mean_of_test_sets_table(results))
     return "\n".join(tables)
 
 
@@ -248,17 +252,17 @@ def _table_rows(runs: dict) -> list[tuple[str, str, str]]:
     return rows
 
 
-def test_sets(results: dict) -> list[str]:
+def held_out_test_splits(results: dict) -> list[str]:
     """The held-out sets that are averaged into one score (the CaDM split's test-1 .. test-4)."""
     return [s for s in results["splits"] if s.startswith("test")]
 
 
-def test_set_table(results: dict) -> str:
+def mean_of_test_sets_table(results: dict) -> str:
     """Markdown: mean test return per split, the mean of the test sets, and that mean per seed.
 
     A seed's mean of the test sets weighs each set equally (the published protocol's score).
     """
-    runs, splits, tests = results["runs"], results["splits"], test_sets(results)
+    runs, splits, tests = results["runs"], results["splits"], held_out_test_splits(results)
     head = " | ".join(splits)
     lines = [
         f"| policy | {head} | mean of the {len(tests)} test sets | per seed | wall |",

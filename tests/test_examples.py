@@ -134,7 +134,7 @@ def test_score_table_normalises_per_seed_against_analytic_and_by_means_against_o
     assert "| analytic − LSTM | +150 ± " in paired
 
 
-def test_test_set_table_averages_each_seeds_test_sets_with_equal_weight():
+def test_mean_of_test_sets_table_weighs_each_test_set_equally():
     """Worked by hand: seed 0's test sets -100, -300 -> -200; seed 1's -200, -600 -> -400;
     their mean is -300. The train split is shown but not averaged in."""
     example = load_example()
@@ -150,8 +150,8 @@ def test_test_set_table_averages_each_seeds_test_sets_with_equal_weight():
             },
         },
     }
-    assert example.test_sets(results) == ["test-1", "test-2"]
-    table = example.test_set_table(results)
+    assert example.held_out_test_splits(results) == ["test-1", "test-2"]
+    table = example.mean_of_test_sets_table(results)
     header, _, lstm = table.splitlines()
     assert "mean of the 2 test sets" in header
     cells = [c.strip() for c in lstm.strip("|").split("|")]

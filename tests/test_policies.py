@@ -1,4 +1,5 @@
-"""Recurrent policies against their cell equations written out in numpy on the same params."""
+"""The GRU policy against its cell equations written out in numpy on the same params, and the
+LSTM's parameters and state kept as they were when the two began to share one build."""
 
 from __future__ import annotations
 
@@ -65,8 +66,23 @@ def test_gru_has_three_quarters_of_the_lstm_gate_weights():
     assert gru_gates == 3 * (16 * 12 + 12) + 12
 
 
+def test_lstm_keeps_its_parameter_names_shapes_and_two_part_state():
+    """Saved LSTM policies must still load: the tree is flax's OptimizedLSTMCell and a head."""
+    policy = LSTM(12).build(4, PENDULUM_TORQUE)
+    params = policy.init(jax.random.key(0))["params"]
+    assert sorted(params) == ["Dense_0", "OptimizedLSTMCell_0"]
+    cell = params["OptimizedLSTMCell_0"]
+    assert sorted(cell) == ["hf", "hg", "hi", "ho", "if", "ig", "ii", "io"]
+    assert cell["ii"]["kernel"].shape == (4, 12) and cell["hi"]["kernel"].shape == (12, 12)
+    assert params["Dense_0"]["kernel"].shape == (12, 1)
+    carry = policy.initial_carry()
+    assert isinstance(carry, tuple) and [c.shape for c in carry] == [(12,), (12,)]
+    _, carry = policy.apply(policy.init(jax.random.key(0)), jnp.ones(4), carry, None)
+    assert [c.shape for c in carry] == [(12,), (12,)]
+
+
 def test_gru_kind_in_a_preset_builds_a_gru_and_takes_one_size():
     task = parse_task({"env": "Pendulum-v1", "policy": {"kind": "gru", "hidden": [8]}}, "t.toml")
     assert policy_spec(task.policy) == GRU(8)
-    with pytest.raises(ConfigError, match=r"^t.toml: policy.hidden: a gru takes one size"):
+    with pytest.raises(ConfigError, match=r"^t.toml: policy.hidden: kind 'gru' takes one size"):
         parse_task({"env": "Pendulum-v1", "policy": {"kind": "gru", "hidden": [8, 8]}}, "t.toml")

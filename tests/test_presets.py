@@ -143,7 +143,7 @@ def test_an_mlp_without_hidden_layers_is_a_linear_policy_and_an_lstm_needs_a_cel
     action, _ = rollout.policy.apply(params, x, (), jax.random.key(2))
     assert int(action) == int(np.argmax(x @ layer["kernel"] + layer["bias"]))
     assert rollout.policy.num_params(params) == (x.size + 1) * jnp.size(layer["bias"])
-    with pytest.raises(ConfigError, match="an lstm takes one size"):
+    with pytest.raises(ConfigError, match="kind 'lstm' takes one size"):
         load("memory-chain", ["policy.hidden=[]"])
 
 

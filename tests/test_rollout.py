@@ -188,7 +188,7 @@ def test_raw_uint32_keys_are_accepted_like_typed_keys():
     np.testing.assert_array_equal(raw.returns, typed.returns)
 
 
-# --------------------------------------------------------------------------- 2. LSTM
+# ------------------------------------------------------------ 2. recurrent: LSTM and GRU
 @pytest.mark.parametrize("cell", [LSTM, GRU])
 @pytest.mark.parametrize(("env_id", "T"), [("Pendulum-v1", 40), ("CartPole-v1", 60)])
 def test_recurrent_policy_with_meta_inputs_matches_reference_loop(env_id, T, cell):
