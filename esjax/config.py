@@ -209,6 +209,7 @@ def _child(where: str, name: str) -> str:
 # ---------------------------------------------------------------------------- task specs
 DISTRIBUTIONS = ("uniform", "log_uniform", "choice", "random_sign")
 POLICY_KINDS = ("mlp", "lstm", "gru", "cnn")
+RECURRENT_KINDS = ("lstm", "gru")  # policies whose ``hidden`` is one cell size
 ACTION_MODES = ("greedy", "sample")
 
 
@@ -288,7 +289,7 @@ class PolicyConfig:
             f"choose from {', '.join(POLICY_KINDS)}",
         )
         _require(all(h > 0 for h in self.hidden), _child(where, "hidden"), "sizes must be positive")
-        if self.kind in ("lstm", "gru"):
+        if self.kind in RECURRENT_KINDS:
             _require(
                 len(self.hidden) == 1,
                 _child(where, "hidden"),

@@ -153,23 +153,17 @@ class _MLPNet(nn.Module):
         return nn.Dense(self.outputs)(x)
 
 
-class _LSTMNet(nn.Module):
+class _RecurrentNet(nn.Module):
+    """A flax recurrent cell class of ``hidden`` units, then a linear head; the parameter
+    names are the cell's (``OptimizedLSTMCell_0`` or ``GRUCell_0``) and ``Dense_0``."""
+
+    cell: type[nn.Module]
     hidden: int
     outputs: int
 
     @nn.compact
     def __call__(self, carry: PyTree, x: jax.Array) -> tuple[PyTree, jax.Array]:
-        carry, h = nn.OptimizedLSTMCell(self.hidden)(carry, x)
-        return carry, nn.Dense(self.outputs)(h)
-
-
-class _GRUNet(nn.Module):
-    hidden: int
-    outputs: int
-
-    @nn.compact
-    def __call__(self, carry: PyTree, x: jax.Array) -> tuple[PyTree, jax.Array]:
-        carry, h = nn.GRUCell(self.hidden)(carry, x)
+        carry, h = self.cell(self.hidden)(carry, x)
         return carry, nn.Dense(self.outputs)(h)
 
 
@@ -251,7 +245,7 @@ class LSTM(_Recurrent):
     """Recurrent policy: an LSTM cell of ``hidden`` units (state: cell and hidden vectors)."""
 
     def _net(self, outputs: int) -> nn.Module:
-        return _LSTMNet(int(self.hidden), outputs)
+        return _RecurrentNet(nn.OptimizedLSTMCell, int(self.hidden), outputs)
 
     def _initial_carry(self) -> PyTree:
         zeros = jnp.zeros((int(self.hidden),), jnp.float32)
@@ -265,7 +259,7 @@ class GRU(_Recurrent):
     """
 
     def _net(self, outputs: int) -> nn.Module:
-        return _GRUNet(int(self.hidden), outputs)
+        return _RecurrentNet(nn.GRUCell, int(self.hidden), outputs)
 
     def _initial_carry(self) -> PyTree:
         return jnp.zeros((int(self.hidden),), jnp.float32)

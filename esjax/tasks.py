@@ -19,6 +19,7 @@ from esjax.config import ConfigError, ParamDistribution, PolicyConfig, TaskConfi
 from esjax.policies import CNN, GRU, LSTM, MLP, PolicySpec, is_discrete
 
 EnvParamsSampler = Callable[[jax.Array, Any], Any]
+RECURRENT_POLICIES = {"lstm": LSTM, "gru": GRU}
 
 
 def policy_spec(config: PolicyConfig) -> PolicySpec:
@@ -32,9 +33,9 @@ def policy_spec(config: PolicyConfig) -> PolicySpec:
             lstm=config.lstm,
             meta_inputs=config.meta_inputs,
         )
-    if config.kind in ("lstm", "gru"):
-        cell = LSTM if config.kind == "lstm" else GRU
-        return cell(hidden=config.hidden[0], meta_inputs=config.meta_inputs)
+    if config.kind in RECURRENT_POLICIES:
+        recurrent = RECURRENT_POLICIES[config.kind]
+        return recurrent(hidden=config.hidden[0], meta_inputs=config.meta_inputs)
     return MLP(hidden=config.hidden, activation=config.activation, meta_inputs=config.meta_inputs)
 
 

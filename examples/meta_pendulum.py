@@ -277,8 +277,7 @@ def mean_of_test_sets_table(results: dict) -> str:
         per_seed = [sum(v) / len(tests) for v in zip(*per_test, strict=True)]
         m, ci = mean_ci(per_seed)
         cells += [f"{m:.0f} ± {ci:.0f}", " / ".join(f"{v:.0f}" for v in per_seed)]
-        wall = record.get("wall_s") if not suffix and name != ANALYTIC else None
-        lines.append(f"| {label} | " + " | ".join(cells) + f" | {_wall(wall)} |")
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {_row_wall(runs, name, suffix)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -307,8 +306,7 @@ def score_table(results: dict) -> str:
             cells.append(f"{r:.0f} ± {r_ci:.0f}")
             cells.append(_score(vs_analytic(values, results, split)))
             cells.append(_score(vs_oracle(values, results, split)))
-        wall = runs[name].get("wall_s") if not suffix and name != ANALYTIC else None
-        lines.append(f"| {label} | " + " | ".join(cells) + f" | {_wall(wall)} |")
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {_row_wall(runs, name, suffix)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -364,7 +362,9 @@ def paired_table(results: dict) -> str:
     return "\n".join(lines) + "\n" if len(lines) > 2 else ""
 
 
-def _wall(seconds: float | None) -> str:
+def _row_wall(runs: dict, name: str, suffix: str) -> str:
+    """A trained run's training wall; empty for the analytic controller and derived rows."""
+    seconds = runs[name].get("wall_s") if not suffix and name != ANALYTIC else None
     return "" if seconds is None else f"{seconds:.0f} s"
 
 
