@@ -56,7 +56,12 @@ TASKS = {
     "pendulum": {"popsize": 64, "generations": 150},  # 64 x 150 x 1 x 200 = 1.92 M steps
     "cartpole": {"popsize": 64, "generations": 40},  # 64 x 40 x 2 x 500 <= 2.56 M steps
 }
-POLICY = ["policy.hidden=[16, 16]", "evaluation.every=10"]
+# Every algorithm gets the task's own episodes per member, whatever its preset's multiplier.
+POLICY = [
+    "policy.hidden=[16, 16]",
+    "evaluation.every=10",
+    "strategy_settings.rollouts_multiplier=1",
+]
 # Two-sided 95 % Student t quantiles by sample size.
 T_95 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 8: 2.365, 10: 2.262}
 

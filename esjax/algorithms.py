@@ -221,6 +221,12 @@ def info(name: str) -> AlgorithmInfo:
         "l2_penalty": Setting(0.0, "number", "L2 penalty on the parameters, in return units"),
         "noise_prng": Setting("threefry", NOISE_PRNGS, "PRNG implementation for the ask draw"),
         "mean_init": Setting("policy", MEAN_INITS, "initial mean: the policy's own init or zeros"),
+        "rollouts_multiplier": Setting(
+            1,
+            "int",
+            "episodes per member = the task's rollouts x this, for a strategy that needs quieter "
+            "returns than the task's default gives (an explicit --rollouts is kept)",
+        ),
     }
     if takes_std_schedule or "std_init" in fields or population_based:
         settings["std_init"] = Setting(

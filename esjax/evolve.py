@@ -106,7 +106,7 @@ def resolve_config(
         "task": to_dict(task_config),
         "strategy": spec.to_dict(),
         "popsize": popsize or task_config.popsize,  # None: the strategy's own default
-        "rollouts": rollouts or task_config.rollouts,
+        "rollouts": rollouts or task_config.rollouts * spec.settings["rollouts_multiplier"],
         "generations": run_generations,
         "scaling": scaling,
         "seed": seed,

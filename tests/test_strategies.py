@@ -106,6 +106,19 @@ def test_popsize_rules():
     assert resolve_popsize(spec, 100, None) == spec.settings["popsize"]
 
 
+def test_rollouts_multiplier_scales_the_tasks_episodes_unless_rollouts_are_given():
+    from esjax.evolve import resolve_config
+
+    assert resolve_config("pendulum")["rollouts"] == 1  # open_es: the task's own count
+    assert resolve_config("pendulum", strategy="cma_es")["rollouts"] == 4
+    assert resolve_config("pendulum-sign", strategy="cma_es")["rollouts"] == 8 * 4
+    assert resolve_config("pendulum", strategy="cma_es", rollouts=2)["rollouts"] == 2
+    over = ["strategy_settings.rollouts_multiplier=3"]
+    assert resolve_config("cartpole", strategy="xnes", overrides=over)["rollouts"] == 2 * 3
+    with pytest.raises(ConfigError, match="rollouts_multiplier must be a positive integer"):
+        resolve_config("pendulum", overrides=["strategy_settings.rollouts_multiplier=0"])
+
+
 def test_every_preset_names_an_evosax_algorithm_and_settings_are_documented():
     for name in PRESETS:
         algorithm = load_strategy(name).algorithm
