@@ -133,8 +133,10 @@ def main() -> None:
 
     print(f"devices: {jax.devices()}")
     if args.strategies is not None:
+        # One episode per member for every strategy, so the rollout column compares.
+        same_work = ["policy.hidden=[64, 64]", "strategy_settings.rollouts_multiplier=1"]
         for name in args.strategies:
-            p = time_phases(2048, ["policy.hidden=[64, 64]"], strategy=name, repeats=3)
+            p = time_phases(2048, same_work, strategy=name, repeats=3)
             print(
                 f"{name:>11}: {p['num_dims']} parameters x {p['popsize']}: generation "
                 f"{p['generation']:.3f} s fused; ask {p['ask']:.3f} s, rollout "

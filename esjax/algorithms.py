@@ -225,7 +225,7 @@ def info(name: str) -> AlgorithmInfo:
             1,
             "int",
             "episodes per member = the task's rollouts x this, for a strategy that needs quieter "
-            "returns than the task's default gives (an explicit --rollouts is kept)",
+            "returns than the task's default gives (rollouts given explicitly are kept)",
         ),
     }
     if takes_std_schedule or "std_init" in fields or population_based:

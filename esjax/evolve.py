@@ -16,7 +16,7 @@ import json
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +30,9 @@ from esjax.config import (
     to_dict,
 )
 from esjax.lifecycle import Interrupted, LostProcess, Run, RunSummary
+
+if TYPE_CHECKING:
+    from esjax.strategies import StrategySpec
 
 __all__ = ["Interrupted", "LostProcess", "RunSummary", "build_engine", "evolve", "resolve_config"]
 
@@ -106,13 +109,20 @@ def resolve_config(
         "task": to_dict(task_config),
         "strategy": spec.to_dict(),
         "popsize": popsize or task_config.popsize,  # None: the strategy's own default
-        "rollouts": rollouts or task_config.rollouts * spec.settings["rollouts_multiplier"],
+        "rollouts": rollouts or _run_rollouts(task_config, spec, overrides),
         "generations": run_generations,
         "scaling": scaling,
         "seed": seed,
         "seeds": seeds,
         "overrides": overrides,
     }
+
+
+def _run_rollouts(task_config: TaskConfig, spec: StrategySpec, overrides: Sequence[str]) -> int:
+    """The task's rollouts times the strategy's multiplier, unless ``--set rollouts=`` gave them."""
+    if any(o.split("=", 1)[0].strip() == "rollouts" for o in overrides):
+        return task_config.rollouts
+    return task_config.rollouts * spec.settings["rollouts_multiplier"]
 
 
 def build_engine(config: dict[str, Any]):
