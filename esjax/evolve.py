@@ -26,6 +26,7 @@ from esjax.config import (
     TaskConfig,
     apply_overrides,
     check_finite,
+    parse_override,
     parse_task,
     to_dict,
 )
@@ -120,7 +121,7 @@ def resolve_config(
 
 def _run_rollouts(task_config: TaskConfig, spec: StrategySpec, overrides: Sequence[str]) -> int:
     """The task's rollouts times the strategy's multiplier, unless ``--set rollouts=`` gave them."""
-    if any(o.split("=", 1)[0].strip() == "rollouts" for o in overrides):
+    if any(parse_override(o)[0] == ["rollouts"] for o in overrides):
         return task_config.rollouts
     return task_config.rollouts * spec.settings["rollouts_multiplier"]
 
