@@ -133,8 +133,13 @@ def main() -> None:
 
     print(f"devices: {jax.devices()}")
     if args.strategies is not None:
-        # One episode per member for every strategy, so the rollout column compares.
-        same_work = ["policy.hidden=[64, 64]", "strategy_settings.rollouts_multiplier=1"]
+        # One episode per member for every strategy, so the rollout column compares; the plain
+        # MLP, as when the table in benchmarks/README.md was taken (one network pass a step).
+        same_work = [
+            "policy.hidden=[64, 64]",
+            "strategy_settings.rollouts_multiplier=1",
+            "policy.mirror=[]",
+        ]
         for name in args.strategies:
             p = time_phases(2048, same_work, strategy=name, repeats=3)
             print(

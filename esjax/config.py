@@ -261,6 +261,11 @@ class PolicyConfig:
     ``"sample"`` draws from their softmax in training and testing alike. A sampled policy's
     expected return changes smoothly with its weights, so ES sees a gradient where a greedy one
     sits on a plateau of identical episodes (a deterministic game such as Breakout-MinAtar).
+
+    ``mirror`` (``mlp``, ``lstm``, ``gru``): each observation component's sign when the env is
+    seen in a mirror, e.g. ``[1, -1, -1]`` for the pendulum's cos, sin and speed; the policy
+    then answers a mirrored state with the mirrored action (:mod:`esjax.mirror`).
+    ``mirror_actions`` (discrete actions): the action each action becomes in the mirror.
     """
 
     kind: str = "mlp"
@@ -274,6 +279,8 @@ class PolicyConfig:
     stride: int = 1
     lstm: int = 0
     actions: str = "greedy"
+    mirror: tuple[float, ...] = ()
+    mirror_actions: tuple[int, ...] = ()
 
     def validate(self, where: str) -> None:
         _require(
@@ -296,6 +303,11 @@ class PolicyConfig:
                 f"kind {self.kind!r} takes one size (the cell's), e.g. [32]",
             )
         if self.kind == "cnn":
+            _require(
+                not self.mirror and not self.mirror_actions,
+                _child(where, "mirror"),
+                "is for mlp, lstm and gru policies, not cnn",
+            )
             _require(
                 all(c > 0 for c in self.channels),
                 _child(where, "channels"),

@@ -15,6 +15,7 @@ so the rollout has one code path for both kinds.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,8 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
+from esjax import mirror
 
 META_INPUTS = ("action", "reward", "done")
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
@@ -178,9 +181,11 @@ class MLP:
     hidden: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
     meta_inputs: tuple[str, ...] = ()
+    mirror: tuple[float, ...] = ()
+    mirror_actions: tuple[int, ...] = ()
 
     def build(
-        self, obs_size: int, action_space: Any, deterministic: bool = True, **_: Any
+        self, obs_size: int, action_space: Any, deterministic: bool = True, **layout: Any
     ) -> Policy:
         if self.activation not in ACTIVATIONS:
             raise ValueError(
@@ -196,10 +201,21 @@ class MLP:
         def init(key: jax.Array) -> PyTree:
             return net.init(key, jnp.zeros((input_size,), jnp.float32))
 
-        def apply(params, x, carry, key):
-            return head(net.apply(params, x), key, deterministic), carry
+        network, initial_carry = _mirrored(
+            lambda params, carry, x: (carry, net.apply(params, x)),
+            lambda: (),
+            self,
+            obs_size,
+            head,
+            meta,
+            layout,
+        )
 
-        return Policy(init, apply, lambda: (), head, input_size, meta, recurrent=False)
+        def apply(params, x, carry, key):
+            carry, outputs = network(params, carry, x)
+            return head(outputs, key, deterministic), carry
+
+        return Policy(init, apply, initial_carry, head, input_size, meta, recurrent=False)
 
 
 @dataclass(frozen=True)
@@ -212,6 +228,8 @@ class _Recurrent:
 
     hidden: int = 32
     meta_inputs: tuple[str, ...] = ()
+    mirror: tuple[float, ...] = ()
+    mirror_actions: tuple[int, ...] = ()
 
     def _net(self, outputs: int) -> nn.Module:
         raise NotImplementedError
@@ -220,7 +238,7 @@ class _Recurrent:
         raise NotImplementedError
 
     def build(
-        self, obs_size: int, action_space: Any, deterministic: bool = True, **_: Any
+        self, obs_size: int, action_space: Any, deterministic: bool = True, **layout: Any
     ) -> Policy:
         if int(self.hidden) <= 0:
             raise ValueError(f"hidden size must be positive, got {self.hidden}")
@@ -228,16 +246,54 @@ class _Recurrent:
         head = ActionHead.from_space(action_space)
         input_size = obs_size + _meta_feature_size(meta, head)
         net = self._net(head.size)
-        initial_carry = self._initial_carry
 
         def init(key: jax.Array) -> PyTree:
-            return net.init(key, initial_carry(), jnp.zeros((input_size,), jnp.float32))
+            return net.init(key, self._initial_carry(), jnp.zeros((input_size,), jnp.float32))
+
+        network, initial_carry = _mirrored(
+            net.apply, self._initial_carry, self, obs_size, head, meta, layout
+        )
 
         def apply(params, x, carry, key):
-            carry, outputs = net.apply(params, carry, x)
+            carry, outputs = network(params, carry, x)
             return head(outputs, key, deterministic), carry
 
         return Policy(init, apply, initial_carry, head, input_size, meta, recurrent=True)
+
+
+def _mirrored(
+    network: Callable,
+    initial_carry: Callable[[], PyTree],
+    spec: MLP | _Recurrent,
+    features: int,
+    head: ActionHead,
+    meta: tuple[str, ...],
+    layout: dict[str, Any],
+) -> tuple[Callable, Callable[[], PyTree]]:
+    """``network`` and its initial carry, made mirror-symmetric when ``spec.mirror`` is set.
+
+    ``features`` counts the stacked observations and env-parameter inputs; ``layout`` holds
+    the rollout's ``obs_shape`` and ``frame_stack``, which say how they split.
+    """
+    if not spec.mirror and not spec.mirror_actions:
+        return network, initial_carry
+    frame_stack = int(layout.get("frame_stack", 1))
+    obs_shape = layout.get("obs_shape")
+    obs_size = math.prod(obs_shape) if obs_shape is not None else features // frame_stack
+    problem = mirror.check_mirror(
+        spec.mirror, spec.mirror_actions, obs_size, head.discrete, head.size
+    )
+    if problem:
+        raise ValueError(problem)
+    reflection = mirror.reflection(
+        spec.mirror,
+        spec.mirror_actions,
+        frame_stack=frame_stack,
+        param_inputs=features - obs_size * frame_stack,
+        head=head,
+        meta_inputs=meta,
+    )
+    return mirror.symmetrize(network, reflection), mirror.paired_carry(initial_carry)
 
 
 @dataclass(frozen=True)

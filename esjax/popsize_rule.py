@@ -7,8 +7,9 @@ A task's ``generations`` and its strategy's schedule are tuned at one population
   steps, so ``generations = reference_generations * r ** (budget_exponent - 1)``, rounded, and
   at least ``min_generations``. With the default exponent 0.5, 8x the members buys about 2.8x
   the env steps in 0.35x the generations: each gradient estimate's noise falls as
-  ``1 / sqrt(P)``, so fewer, better steps replace many noisy ones (measured on Pendulum-v1:
-  at 2048 members 53 generations end as well as 150, see benchmarks/README.md).
+  ``1 / sqrt(P)``, so fewer, better steps replace many noisy ones. Pendulum sets 0.75 (at
+  2048 members 89 generations rather than 53: more generations helped its mirrored policy at
+  every popsize tried, see benchmarks/README.md).
 * **At least ``min_generations``.** An optimizer such as Adam moves the mean by about its
   learning rate per generation whatever the popsize, so getting from the start to a solution
   takes a minimum number of generations however good each gradient is (Pendulum: 50; at

@@ -8,6 +8,7 @@ not code.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from esjax.config import ConfigError, ParamDistribution, PolicyConfig, TaskConfig, suggest
+from esjax.mirror import check_mirror
 from esjax.policies import CNN, GRU, LSTM, MLP, PolicySpec, is_discrete
 
 EnvParamsSampler = Callable[[jax.Array, Any], Any]
@@ -35,8 +37,19 @@ def policy_spec(config: PolicyConfig) -> PolicySpec:
         )
     if config.kind in RECURRENT_POLICIES:
         recurrent = RECURRENT_POLICIES[config.kind]
-        return recurrent(hidden=config.hidden[0], meta_inputs=config.meta_inputs)
-    return MLP(hidden=config.hidden, activation=config.activation, meta_inputs=config.meta_inputs)
+        return recurrent(
+            hidden=config.hidden[0],
+            meta_inputs=config.meta_inputs,
+            mirror=config.mirror,
+            mirror_actions=config.mirror_actions,
+        )
+    return MLP(
+        hidden=config.hidden,
+        activation=config.activation,
+        meta_inputs=config.meta_inputs,
+        mirror=config.mirror,
+        mirror_actions=config.mirror_actions,
+    )
 
 
 def _draw(dist: ParamDistribution, key: jax.Array) -> jax.Array:
@@ -145,6 +158,20 @@ def check_param_types(values: Mapping[str, Any], default_params: Any, source: st
             raise ConfigError(f"{source}: env_params.{name} must be {wanted}, got {value!r}")
 
 
+def _check_mirror(config: TaskConfig, env: Any, default_params: Any, source: str) -> None:
+    policy = config.policy
+    if not policy.mirror and not policy.mirror_actions:
+        return
+    space = env.action_space(default_params)
+    discrete = is_discrete(space)
+    obs_size = math.prod(env.observation_space(default_params).shape)
+    problem = check_mirror(
+        policy.mirror, policy.mirror_actions, obs_size, discrete, int(space.n) if discrete else 0
+    )
+    if problem:
+        raise ConfigError(f"{source}: policy.{problem}")
+
+
 def split_sampler(config: TaskConfig, split: str | None) -> EnvParamsSampler | None:
     """The sampler for a named split (``None`` or ``"train"``: the training distribution)."""
     if split in (None, "train"):
@@ -178,6 +205,7 @@ def check_task(config: TaskConfig, source: str = "task") -> None:
         if discrete:
             raise ConfigError(f"{error} ({config.env} has discrete actions)") from None
         raise
+    _check_mirror(config, env, default_params, source)
     if config.policy.actions == "sample" and not discrete:
         raise ConfigError(
             f"{source}: policy.actions: 'sample' needs discrete actions; {config.env}'s are "

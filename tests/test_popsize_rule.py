@@ -14,9 +14,9 @@ import pytest
 from esjax.config import ConfigError
 from esjax.evolve import resolve_config
 
-# pendulum.toml: 150 generations, lr_decay 0.985, tuned at open_es's 256 members, e = 0.5,
+# pendulum.toml: 150 generations, lr_decay 0.985, tuned at open_es's 256 members, e = 0.75,
 # at least 50 generations.
-REFERENCE_POPSIZE, REFERENCE_GENERATIONS, REFERENCE_DECAY, EXPONENT = 256, 150, 0.985, 0.5
+REFERENCE_POPSIZE, REFERENCE_GENERATIONS, REFERENCE_DECAY, EXPONENT = 256, 150, 0.985, 0.75
 MIN_GENERATIONS = 50
 
 
