@@ -227,6 +227,12 @@ def info(name: str) -> AlgorithmInfo:
             "episodes per member = the task's rollouts x this, for a strategy that needs quieter "
             "returns than the task's default gives (rollouts given explicitly are kept)",
         ),
+        "worst_episodes": Setting(
+            1.0,
+            "fraction",
+            "a member's fitness is the mean of this fraction of its episodes, the worst "
+            "(1: all of them); below 1 it ranks steadier members above ones that sometimes fail",
+        ),
     }
     if takes_std_schedule or "std_init" in fields or population_based:
         settings["std_init"] = Setting(

@@ -256,6 +256,7 @@ def make_engine(
     groups = int(strategy.spec.settings.get("env_groups", 1))
     validate_top = min(int(strategy.spec.settings.get("validate_top", 1)), popsize)
     validate_episodes = int(strategy.spec.settings.get("validate_episodes") or eval_episodes)
+    worst_episodes = float(strategy.spec.settings.get("worst_episodes", 1.0))
     mesh = Mesh(np.array(rollout.devices), ("population",))
     pairs = mirrored(strategy.spec)
 
@@ -288,7 +289,9 @@ def make_engine(
         replicated, so no sort is ever distributed. ``runs``: the seeds vmapped around it;
         ``bounds``: the env sampler's (traced) bounds.
         """
-        return rollout.summary(member_keys(key), params, rollouts, obs_stats, runs, bounds)
+        return rollout.summary(
+            member_keys(key), params, rollouts, obs_stats, runs, bounds, worst_episodes
+        )
 
     def init_one(seed: jax.Array, hyper: dict[str, jax.Array], bounds: dict) -> RunState:
         keys = seed_keys(seed)

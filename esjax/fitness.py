@@ -8,17 +8,26 @@ strategy's mean, covariance or optimizer moments.
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 
 
-def member_returns(returns: jax.Array) -> jax.Array:
-    """Mean return of each member over its rollouts: ``(popsize, rollouts) -> (popsize,)``.
+def member_returns(returns: jax.Array, worst_episodes: float = 1.0) -> jax.Array:
+    """Each member's return over its rollouts: ``(popsize, rollouts) -> (popsize,)``.
 
-    A member with any non-finite rollout gets a non-finite mean, which :func:`to_fitness` then
-    ranks last.
+    The mean of its ``ceil(worst_episodes * rollouts)`` lowest returns; 1.0, the default, is
+    the plain mean. A fraction below 1 judges a member by its bad episodes (the mean of the
+    lower tail), so a policy that fails badly on a few variants ranks below one that is
+    steadier at the same mean. A member with any non-finite rollout gets a non-finite return,
+    which :func:`to_fitness` then ranks last.
     """
-    return jnp.mean(returns, axis=-1)
+    if worst_episodes >= 1.0:
+        return jnp.mean(returns, axis=-1)
+    count = max(1, math.ceil(worst_episodes * returns.shape[-1]))
+    tail = jnp.mean(jnp.sort(returns, axis=-1)[..., :count], axis=-1)
+    return jnp.where(jnp.all(jnp.isfinite(returns), axis=-1), tail, jnp.nan)
 
 
 def to_fitness(returns: jax.Array) -> jax.Array:

@@ -273,7 +273,9 @@ class PopulationRollout:
         self._population = jax.jit(
             self._population_impl, static_argnames=("num_rollouts", "trajectory")
         )
-        self._summary = jax.jit(self._summary_impl, static_argnames=("num_rollouts", "runs"))
+        self._summary = jax.jit(
+            self._summary_impl, static_argnames=("num_rollouts", "runs", "worst_episodes")
+        )
 
     # ------------------------------------------------------------------ public API
     def init_params(self, key: jax.Array) -> PyTree:
@@ -338,6 +340,7 @@ class PopulationRollout:
         obs_stats: ObsStats | None = None,
         runs: int = 1,
         bounds: dict[str, jax.Array] | None = None,
+        worst_episodes: float = 1.0,
     ) -> PopulationSummary:
         """``population`` reduced on each device, then made the same on every device.
 
@@ -347,12 +350,22 @@ class PopulationRollout:
         :meth:`population`. ``runs``: how many calls a ``vmap`` around this one batches
         together (seeds, sweep configurations); chunks shrink so that all of them together
         stay cache-sized (:meth:`auto_chunk_size`). ``bounds`` as in :meth:`population`.
+        ``worst_episodes``: each member's return is the mean of this fraction of its rollouts,
+        the lowest (:func:`esjax.fitness.member_returns`).
         """
         _check_positive("num_rollouts", num_rollouts)
         _check_positive("runs", runs)
+        if not 0.0 < worst_episodes <= 1.0:
+            raise ValueError(f"worst_episodes must be in (0, 1], got {worst_episodes}")
         stats = self._stats(obs_stats)
         return self._summary(
-            key, pop_params, stats, bounds or {}, num_rollouts=num_rollouts, runs=int(runs)
+            key,
+            pop_params,
+            stats,
+            bounds or {},
+            num_rollouts=num_rollouts,
+            runs=int(runs),
+            worst_episodes=float(worst_episodes),
         )
 
     def rollout_keys(self, key: jax.Array, popsize: int, num_rollouts: int) -> jax.Array:
@@ -507,7 +520,9 @@ class PopulationRollout:
         result = self._over_devices(local, keys, pop_params, inputs, P(_POP_AXIS))
         return jax.tree.map(lambda x: x[:popsize], result)
 
-    def _summary_impl(self, key, pop_params, obs_stats, bounds, num_rollouts, runs=1):
+    def _summary_impl(
+        self, key, pop_params, obs_stats, bounds, num_rollouts, runs=1, worst_episodes=1.0
+    ):
         popsize = _popsize(pop_params)
         keys = self._keys(key, popsize, num_rollouts)
 
@@ -515,7 +530,7 @@ class PopulationRollout:
             result = self._population_local(keys, params, *inputs, False, runs)
             # Per member and in the member's own order of additions, so it is the same bits on
             # any number of devices; the sums below are partial sums per device.
-            returns = member_returns(result.returns)
+            returns = member_returns(result.returns, worst_episodes)
             lengths = jnp.sum(jnp.where(valid[:, None], result.lengths, 0))
             obs_sum = jnp.sum(jnp.where(valid[:, None, None], result.obs_sum, 0.0), axis=(0, 1))
             obs_sq = jnp.sum(jnp.where(valid[:, None, None], result.obs_sq_sum, 0.0), axis=(0, 1))

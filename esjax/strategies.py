@@ -70,6 +70,10 @@ def _check_value(name: str, value: Any, setting: Setting, where: str) -> Any:
         if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
             return float(value)
         raise ConfigError(f"{where}: {name} must be a number, got {value!r}")
+    if kind == "fraction":
+        if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 1:
+            return float(value)
+        raise ConfigError(f"{where}: {name} must be a number in (0, 1], got {value!r}")
     if kind == "groups" and value == "auto":
         return value
     if kind in ("int", "groups"):

@@ -501,3 +501,42 @@ def test_a_discovered_algorithm_resumes_bit_identically(name, tmp_path):
     _, b = runs.load_checkpoint(tmp_path / "resumed")
     for x, y in zip(a, b, strict=True):
         np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("fraction", [1.0, 0.5, 0.3, 0.01])
+def test_worst_episodes_averages_each_members_lowest_returns(fraction):
+    returns = np.asarray(jax.random.normal(jax.random.key(3), (6, 8)) * 100.0)
+    count = max(1, int(np.ceil(fraction * 8)))
+    expected = [np.mean(sorted(row)[:count]) for row in returns]
+    got = member_returns(jnp.asarray(returns), fraction)
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-5)
+    # Any non-finite episode, even one the tail would leave out, makes the member non-finite.
+    broken = returns.copy()
+    broken[2, 0], broken[4, 5] = np.inf, np.nan
+    judged = np.asarray(member_returns(jnp.asarray(broken), fraction))
+    assert not np.any(np.isfinite(judged[[2, 4]]))
+    assert np.all(np.isfinite(np.delete(judged, [2, 4])))
+
+
+def test_worst_episodes_reaches_the_strategy_through_the_rollout_summary():
+    """The summary a generation ranks against every member's episodes from the same keys,
+    reduced here in numpy; the evaluation episodes keep their plain mean."""
+    from esjax.evolve import build_engine, resolve_config
+
+    config = resolve_config(
+        "pendulum-sign",
+        popsize=8,
+        generations=1,
+        overrides=["strategy_settings.worst_episodes=0.25", "policy.hidden=[4]"],
+    )
+    _, engine = build_engine(config)
+    flat = 0.3 * jax.random.normal(jax.random.key(6), (8, engine.num_dims))
+    params = engine.policy_params(flat)
+    key = jax.random.key(7)
+    episodes = np.asarray(engine.rollout.population(key, params, 8).returns)
+    summary = engine.population_summary(key, params, None)
+    expected = np.sort(episodes, axis=1)[:, :2].mean(axis=1)
+    np.testing.assert_allclose(np.asarray(summary.returns), expected, rtol=1e-5)
+    assert not np.allclose(expected, episodes.mean(axis=1), rtol=1e-3)
+    with pytest.raises(ConfigError, match=r"worst_episodes must be a number in \(0, 1\], got 0"):
+        resolve_config("pendulum", overrides=["strategy_settings.worst_episodes=0"])
