@@ -35,21 +35,14 @@ def policy_spec(config: PolicyConfig) -> PolicySpec:
             lstm=config.lstm,
             meta_inputs=config.meta_inputs,
         )
+    inputs = {
+        "meta_inputs": config.meta_inputs,
+        "mirror": config.mirror,
+        "mirror_actions": config.mirror_actions,
+    }
     if config.kind in RECURRENT_POLICIES:
-        recurrent = RECURRENT_POLICIES[config.kind]
-        return recurrent(
-            hidden=config.hidden[0],
-            meta_inputs=config.meta_inputs,
-            mirror=config.mirror,
-            mirror_actions=config.mirror_actions,
-        )
-    return MLP(
-        hidden=config.hidden,
-        activation=config.activation,
-        meta_inputs=config.meta_inputs,
-        mirror=config.mirror,
-        mirror_actions=config.mirror_actions,
-    )
+        return RECURRENT_POLICIES[config.kind](hidden=config.hidden[0], **inputs)
+    return MLP(hidden=config.hidden, activation=config.activation, **inputs)
 
 
 def _draw(dist: ParamDistribution, key: jax.Array) -> jax.Array:
