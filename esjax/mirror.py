@@ -15,6 +15,11 @@ where ``M`` reflects the policy's input and ``R`` its outputs (continuous: negat
 action is reflected about the middle of its bounds; discrete: the logits permuted). The policy
 is exactly equivariant, ``outputs(M x) = R outputs(x)``, with the same parameters as ``g``; a
 recurrent ``g`` runs two states, one per view.
+
+The reflection acts on the policy's input as the rollout hands it over. With
+``normalize_obs`` that input is already scaled by running statistics, so the mirror is taken
+about the running mean: the raw symmetry holds exactly where the flipped components' running
+means are zero, and nearly where they are near zero, as on a symmetric task.
 """
 
 from __future__ import annotations
