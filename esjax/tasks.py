@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from esjax.config import ConfigError, ParamDistribution, PolicyConfig, TaskConfig, suggest
 from esjax.mirror import check_mirror
-from esjax.policies import CNN, GRU, LSTM, MLP, PolicySpec, is_discrete
+from esjax.policies import CNN, GRU, LSTM, MLP, ActionHead, PolicySpec, is_discrete
 
 EnvParamsSampler = Callable[[jax.Array, Any], Any]
 RECURRENT_POLICIES = {"lstm": LSTM, "gru": GRU}
@@ -155,12 +155,9 @@ def _check_mirror(config: TaskConfig, env: Any, default_params: Any, source: str
     policy = config.policy
     if not policy.mirror and not policy.mirror_actions:
         return
-    space = env.action_space(default_params)
-    discrete = is_discrete(space)
+    head = ActionHead.from_space(env.action_space(default_params))
     obs_size = math.prod(env.observation_space(default_params).shape)
-    problem = check_mirror(
-        policy.mirror, policy.mirror_actions, obs_size, discrete, int(space.n) if discrete else 0
-    )
+    problem = check_mirror(policy.mirror, policy.mirror_actions, obs_size, head.discrete, head.size)
     if problem:
         raise ConfigError(f"{source}: policy.{problem}")
 

@@ -520,7 +520,7 @@ def test_worst_episodes_averages_each_members_lowest_returns(fraction):
 
 def test_worst_episodes_reaches_the_strategy_through_the_rollout_summary():
     """The summary a generation ranks against every member's episodes from the same keys,
-    reduced here in numpy; the evaluation episodes keep their plain mean."""
+    reduced here in numpy."""
     from esjax.evolve import build_engine, resolve_config
 
     config = resolve_config(
