@@ -5,11 +5,12 @@ on the key and ``i``: it is ``threefry2x32(key, (hi(i), lo(i)))`` with the two o
 xor-ed, turned into a uniform in ``[nextafter(-1, 0), 1)`` and then into a normal by
 ``sqrt(2) * erfinv``. So any row of a large draw can be made without the others.
 
-A mirrored OpenES population's noise is such a draw, ``(popsize // 2, num_dims)``. Drawn
-whole, XLA writes it through several full-size passes (the hash, then erfinv's branches), so
-on a CPU a draw larger than the cache is bound by memory: 1024 x 4481 normals took 111-131 ms
-on two devices. Drawn a cache-sized block of rows at a time, each number is made in cache and
-written once: 73-106 ms for the same numbers (benchmarks/README.md, "Where a generation goes").
+A mirrored OpenES population's noise is such a draw, ``(popsize // 2, num_dims)``, and on
+several devices each draws only its own pairs' rows (:func:`normal_share`). Drawn whole, XLA
+writes a draw through several full-size passes (the hash, then erfinv's branches), so on a CPU
+a draw larger than the cache is bound by memory. Drawn a cache-sized block of rows at a time,
+each number is made in cache and written once (benchmarks/README.md, "Where a generation
+goes").
 
 ``tests/test_draw.py`` checks the bits against ``jax.random.normal`` itself, so a JAX that
 changes its recipe fails there; :func:`row_addressable` says when the shortcut applies at
@@ -23,8 +24,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-# Rows per block: about 256 KB of float32 numbers, which stays in a core's L2 cache.
-BLOCK_BYTES = 1 << 18
+# Rows per block: about 1 MB of float32 numbers, about a core's L2 cache here. On two CPU
+# devices, each drawing its own 512 x 4481 share, blocks of 1.1 MB took 17 ms against 20-21 ms
+# for 0.1-0.6 MB blocks and 29 ms for XLA's partitioned whole draw.
+BLOCK_BYTES = 1 << 20
 # Smaller draws are made whole: blocks only pay off once the whole draw falls out of cache.
 # On two CPU devices, 1024 x 1217 normals (5 MB) took 21-25 ms whole and 31-36 ms in blocks;
 # 4096 x 1217 (20 MB) 117-125 ms whole and 100-102 ms in blocks.
@@ -56,8 +59,9 @@ def normal_rows(key: jax.Array, rows: jax.Array, shape: tuple[int, int]) -> jax.
     k1, k2 = jax.random.key_data(key)
     index = rows.astype(jnp.uint32)[..., None] * np.uint32(cols)
     index = index + lax.iota(jnp.uint32, cols)
-    # Every index is below 2**32 (row_addressable), so the high counter word is zero.
-    k1, k2 = (jnp.broadcast_to(k, index.shape) for k in (k1, k2))
+    # Every index is below 2**32 (row_addressable), so the high counter word is zero. The key
+    # words stay scalars: broadcast to the counters' shape, XLA redoes the key schedule for
+    # every number (4-5x slower on a CPU).
     bits1, bits2 = threefry2x32_p.bind(k1, k2, jnp.zeros_like(index), index)
     return _normal_from_bits(bits1 ^ bits2)
 
@@ -72,12 +76,29 @@ def normal(key: jax.Array, shape: tuple[int, int], whole_bytes: int = WHOLE_BYTE
         or 4 * shape[0] * shape[1] <= whole_bytes
     ):
         return jax.random.normal(key, shape)
-    per_block = min(shape[0], max(1, BLOCK_BYTES // (4 * shape[1])))
-    blocks = -(-shape[0] // per_block)
-    # The last block runs past the last row; those rows are drawn and dropped.
-    rows = jnp.arange(blocks * per_block).reshape(blocks, per_block)
+    return normal_share(key, shape, 0, shape[0], whole_bytes)
+
+
+def normal_share(
+    key: jax.Array,
+    shape: tuple[int, int],
+    first: jax.Array | int,
+    count: int,
+    whole_bytes: int = WHOLE_BYTES,
+) -> jax.Array:
+    """Rows ``first .. first + count`` of ``jax.random.normal(key, shape)``: one device's share
+    of a draw split by rows. Only where :func:`row_addressable` holds; ``first`` may be traced
+    (a device's index times its share). On a CPU, a share over ``whole_bytes`` is made in
+    cache-sized blocks of rows."""
+    cols = shape[1]
+    if jax.default_backend() != "cpu" or 4 * count * cols <= whole_bytes:
+        return normal_rows(key, first + jnp.arange(count), shape)
+    per_block = min(count, max(1, BLOCK_BYTES // (4 * cols)))
+    blocks = -(-count // per_block)
+    # The last block may run past the share (or the draw); those rows are made and dropped.
+    rows = first + jnp.arange(blocks * per_block).reshape(blocks, per_block)
     drawn = lax.map(lambda block: normal_rows(key, block, shape), rows)
-    return drawn.reshape(-1, shape[1])[: shape[0]]
+    return drawn.reshape(-1, cols)[:count]
 
 
 def _normal_from_bits(bits: jax.Array) -> jax.Array:

@@ -23,13 +23,28 @@ def test_any_rows_are_the_whole_draws_rows(shape):
 
 @pytest.mark.parametrize("shape", [(5, 3), (37, 5000), (300, 4481)])
 def test_blocked_draw_is_jax_random_normal(shape):
-    # (37, 5000): 13 rows per block, the last block runs past the end; (300, 4481): 22 blocks.
+    # (300, 4481): 58 rows per block, the last of 6 blocks runs past the end.
     for seed in (0, 1, 2**31 + 5):
         key = jax.random.key(seed)
         np.testing.assert_array_equal(
             jax.jit(draw.normal, static_argnums=(1, 2))(key, shape, 0),
             jax.random.normal(key, shape),
         )
+
+
+@pytest.mark.parametrize("whole_bytes", [0, draw.WHOLE_BYTES])
+def test_a_devices_share_is_those_rows_of_the_whole_draw(whole_bytes):
+    """Each device of a mesh draws rows ``first .. first + count`` alone, ``first`` traced (the
+    device's index times its share); in blocks (``whole_bytes=0``) or at once."""
+    key = jax.random.key(8)
+    shape = (200, 4481)
+    whole = np.asarray(jax.random.normal(key, shape))
+    share = jax.jit(
+        lambda k, first: draw.normal_share(k, shape, first, 70, whole_bytes), static_argnums=()
+    )
+    for first in (0, 70, 130):  # the last share runs to the draw's end
+        got = np.asarray(share(key, jnp.int32(first)))
+        np.testing.assert_array_equal(got[: shape[0] - first], whole[first : first + 70])
 
 
 def test_blocked_draw_under_vmap_over_keys():
