@@ -3,8 +3,8 @@
 Runs the whole jitted generation block (ask, sharded rollout, tell) of Pendulum-v1 with an MLP
 3-64-64-1 on a mesh of the first k of 4 devices that ``XLA_FLAGS`` simulates, and counts the
 bytes of every collective in the compiled block from its HLO: per generation, that is all that
-crosses devices (each device draws the whole population's noise, steps only its members and
-reduces them; one float per member is all-gathered).
+crosses devices (each device steps only its members and reduces them; one float per member is
+all-gathered, and mirrored OpenES also gathers one ``num_dims`` partial sum per block of pairs).
 On a 2-core machine 4 simulated devices share 2 cores, so this measures overhead, not speedup.
 
     XLA_FLAGS=--xla_force_host_platform_device_count=4 python benchmarks/scaling.py

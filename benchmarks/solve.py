@@ -51,10 +51,10 @@ def time_phases(
 ) -> dict[str, float]:
     """Median seconds per generation of one seed: the fused step and its three parts.
 
-    The parts are compiled on their own and placed as in the loop: ask and tell replicated
-    on every device (each device draws the whole population, so only returns cross
-    devices), the rollout sharded over them. Timing ask on one device while the others idle
-    would hide that every core pays for the draw (about half the real cost on two cores).
+    The parts are compiled on their own and placed as in the loop: a materialised population
+    drawn whole on every device, mirrored OpenES's noise drawn by pairs, each device its own
+    share; the rollout sharded over the devices. Timing a replicated ask on one device while
+    the others idle would hide that every core pays for the draw.
     """
     config = resolve_config("pendulum", strategy=strategy, popsize=popsize, overrides=overrides)
     _, engine = build_engine(config)
@@ -64,7 +64,7 @@ def time_phases(
 
     t_all, _ = median_time(fns["generation"], keys[0], sstate, repeats=repeats)
     t_ask, population = median_time(fns["ask"], keys[0], sstate, repeats=repeats)
-    population = engine.place(population)
+    # Kept as ask placed it (replicated, or mirrored OpenES's noise split by pairs).
     t_roll, returns = median_time(fns["rollout"], keys[1], population, repeats=repeats)
     t_tell, _ = median_time(
         fns["tell"], keys[2], population, engine.place(returns), sstate, repeats=repeats

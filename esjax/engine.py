@@ -11,9 +11,11 @@ With the strategy setting ``env_groups`` the population is split into groups tha
 episode starts (common random numbers within a group, fresh starts across groups); each member
 is handed its group's keys, so the population is still one sharded, cache-chunked call.
 
-Across devices only one float per member moves: each device draws the whole population from
-the shared key, steps its own members, reduces them, and their mean returns are all-gathered
-before fitness shaping and ``tell``, which run replicated (see ``docs/scaling.md``).
+Across devices no parameters move. Each device steps its own members and reduces them, and
+their mean returns are all-gathered before fitness shaping and ``tell``, which run replicated.
+A materialised population is drawn whole on every device from the shared key; mirrored
+OpenES's noise is drawn by pairs, each device its own share, and ``tell`` gathers one partial
+sum per block of pairs instead (:mod:`esjax.noise`, ``docs/scaling.md``).
 
 Every function here takes and returns a batch of runs with a leading *seed* axis; one seed is
 a batch of one. Nothing in this module prints or writes files.
@@ -284,7 +286,7 @@ def make_engine(
     def population_summary(key, params, obs_stats, runs=1, bounds=None):
         """Every member's mean return and the totals, the same on every device.
 
-        What crosses devices is one all-gather of one float per member and one small
+        What crosses devices here is one all-gather of one float per member and one small
         all-reduce (:meth:`PopulationRollout.summary`); ranking and ``tell`` then run
         replicated, so no sort is ever distributed. ``runs``: the seeds vmapped around it;
         ``bounds``: the env sampler's (traced) bounds.
@@ -313,12 +315,11 @@ def make_engine(
 
     def generation(state: RunState, runs: int = 1) -> tuple[RunState, dict[str, jax.Array]]:
         # Mirrored OpenES skips the population matrix: members are built inside rollout chunks.
-        path = noise.population_path(with_settings(strategy_built, state.hyper), unravel)
+        # Placed by the path: a materialised population replicated, mirrored OpenES's noise
+        # split by pairs over the devices; parameters never cross devices either way.
+        path = noise.population_path(with_settings(strategy_built, state.hyper), unravel, mesh)
         next_key, k_ask, k_rollout, k_tell = generation_keys(state.key)
         population, sstate = path.ask(k_ask, state.strategy)
-        # Every device draws the whole population from the shared key, so parameters never
-        # cross devices (left free, XLA would shard the draw and all-gather it for tell).
-        population = jax.lax.with_sharding_constraint(population, NamedSharding(mesh, P()))
         obs_stats = norm_stats(state.norm) if normalize_obs else None
         summary = population_summary(
             k_rollout, path.params(population), obs_stats, runs, state.bounds
@@ -515,7 +516,7 @@ def phase_functions(engine: Engine) -> dict[str, Callable]:
     as in the loop) and ``tell(key, population, returns, sstate)`` are its parts compiled on
     their own.
     """
-    path = noise.population_path(engine.strategy, engine.unravel)
+    path = noise.population_path(engine.strategy, engine.unravel, engine.sharding.mesh)
 
     def generation(key, sstate):
         k_ask, k_rollout, k_tell = jax.random.split(key, 3)
@@ -524,8 +525,8 @@ def phase_functions(engine: Engine) -> dict[str, Callable]:
         return tell(k_tell, population, returns, sstate)
 
     def ask(key, sstate):
-        # Replicated, as in the loop: every device draws the whole population.
-        return jax.lax.with_sharding_constraint(path.ask(key, sstate)[0], engine.sharding)
+        # Placed as in the loop (see :func:`esjax.noise.population_path`).
+        return path.ask(key, sstate)[0]
 
     def rollout(key, population):
         return engine.population_summary(key, path.params(population), None).returns

@@ -5,8 +5,9 @@ initialisation), so a network of ten billion weights is refused in milliseconds 
 failing deep inside XLA after minutes. It counts what a generation holds at once, per seed:
 the strategy state twice (the scan carries one while building the next), three
 population-sized arrays (the noise, the population, the weighted noise of ``tell``), and the
-rollout's activations. Every device draws the whole population, so devices that share the
-host's memory (CPU devices) each count. It is an estimate for refusing the impossible, not a
+rollout's activations. A materialised population is drawn whole on every device, so devices
+that share the host's memory (CPU devices) each count (mirrored OpenES holds less: its share of
+half the noise). It is an estimate for refusing the impossible, not a
 promise that a run which passes fits.
 """
 

@@ -518,7 +518,7 @@ class PopulationRollout:
 
         inputs = (obs_stats, bounds)
         result = self._over_devices(local, keys, pop_params, inputs, P(_POP_AXIS))
-        return jax.tree.map(lambda x: x[:popsize], result)
+        return jax.tree.map(lambda x: _in_member_order(pop_params, x), result)
 
     def _summary_impl(
         self, key, pop_params, obs_stats, bounds, num_rollouts, runs=1, worst_episodes=1.0
@@ -540,7 +540,7 @@ class PopulationRollout:
             return PopulationSummary(returns, lengths, obs_sum, obs_sq)
 
         summary = self._over_devices(local, keys, pop_params, (obs_stats, bounds), P())
-        return summary.replace(returns=summary.returns[:popsize])
+        return summary.replace(returns=_in_member_order(pop_params, summary.returns))
 
     def _over_devices(self, local, keys, pop_params, inputs, out_specs):
         """``local(keys, params, inputs, valid, axis)`` on each device's share of the members.
@@ -555,10 +555,13 @@ class PopulationRollout:
         """
         popsize = _popsize(pop_params)
         num_devices = len(self.devices)
+        shared = keys.ndim == 1
+        mesh = Mesh(np.array(self.devices), (_POP_AXIS,))
+        if isinstance(pop_params, LazyPopulation) and pop_params.sharded:
+            return self._over_paired_devices(local, keys, pop_params, inputs, out_specs)
         if num_devices == 1 or popsize < num_devices:
             return local(keys, pop_params, inputs, jnp.ones(popsize, bool), None)
         per_device = -(-popsize // num_devices)
-        shared = keys.ndim == 1
 
         def shard(keys, params, inputs):
             # Every device holds the whole population (a generation draws it replicated) and
@@ -569,20 +572,50 @@ class PopulationRollout:
             return local(keys if shared else keys[rows], params, inputs, index < popsize, _POP_AXIS)
 
         return jax.shard_map(
+            shard, mesh=mesh, in_specs=(P(), P(), P()), out_specs=out_specs, check_vma=False
+        )(keys, pop_params, inputs)
+
+    def _over_paired_devices(self, local, keys, population, inputs, out_specs):
+        """:meth:`_over_devices` for a population whose noise is split by pairs over the mesh.
+
+        Each device steps both members of the pairs whose rows it holds
+        (:meth:`PairLayout.device_members`); pairs past the last are padding. Results come
+        back device by device and :func:`_in_member_order` puts them in the population's order.
+        """
+        layout = population.layout
+        if layout.devices != len(self.devices):
+            raise ValueError(
+                f"the population is split over {layout.devices} devices, "
+                f"the rollout runs on {len(self.devices)}"
+            )
+        popsize = population.popsize
+        shared = keys.ndim == 1
+
+        def shard(keys, population, inputs):
+            device = jax.lax.axis_index(_POP_AXIS)
+            pair, negative = layout.device_members(device)
+            member = jnp.minimum(jnp.where(negative, pair + layout.half, pair), popsize - 1)
+            population = population.replace(
+                pair=pair, negative=negative, first=device * layout.per_device
+            )
+            valid = pair < layout.half
+            return local(keys if shared else keys[member], population, inputs, valid, _POP_AXIS)
+
+        return jax.shard_map(
             shard,
             mesh=Mesh(np.array(self.devices), (_POP_AXIS,)),
-            in_specs=(P(), P(), P()),
+            in_specs=(P(), population.specs(), P()),
             out_specs=out_specs,
             check_vma=False,
-        )(keys, pop_params, inputs)
+        )(keys, population, inputs)
 
     def _population_local(self, keys, pop_params, obs_stats, bounds, trajectory, runs=1):
         popsize = _popsize(pop_params)
         if isinstance(pop_params, LazyPopulation):
             # Members are ids; each chunk builds its own members' parameters, so the
             # population never exists as a whole.
-            ids, decode = pop_params.index, pop_params.member
-            shapes = jax.eval_shape(jax.vmap(decode), ids[:1])
+            ids, decode = pop_params.members(), pop_params.member
+            shapes = jax.eval_shape(jax.vmap(decode), jax.tree.map(lambda x: x[:1], ids))
         else:
             ids, shapes = pop_params, pop_params
 
@@ -686,6 +719,13 @@ def _popsize(pop_params: PyTree) -> int:
     if isinstance(pop_params, LazyPopulation):
         return pop_params.popsize
     return jax.tree.leaves(pop_params)[0].shape[0]
+
+
+def _in_member_order(pop_params: PyTree, x: jax.Array) -> jax.Array:
+    """Per-member results from :meth:`PopulationRollout._over_devices`, padding dropped."""
+    if isinstance(pop_params, LazyPopulation) and pop_params.sharded:
+        return pop_params.layout.in_member_order(x)
+    return x[: _popsize(pop_params)]
 
 
 def _take(pop_params: PyTree, rows: jax.Array) -> PyTree:

@@ -37,8 +37,10 @@ def test_sharded_population_matches_one_device():
         from esjax.policies import MLP
         from esjax.rollout import PopulationRollout
         from esjax.strategies import build_strategy, load_strategy
-        # 6 is padded to 8 on 4 devices; env_groups hands each member its group's keys.
-        for popsize, groups in ((8, 1), (6, 1), (8, 2)):
+        # 6 is padded to 8 on 4 devices; env_groups hands each member its group's keys. Mirrored
+        # OpenES splits its noise by pairs: 130 members are 65 pairs in 33 blocks of 2, padded
+        # to 36 blocks on 4 devices, so tell adds blocks of two pairs across devices.
+        for popsize, groups in ((8, 1), (6, 1), (8, 2), (130, 1)):
             runs = []
             for devices in (jax.devices()[:1], jax.devices()):
                 rollout = PopulationRollout("Pendulum-v1", MLP(hidden=(8,)), 16, devices=devices)
@@ -53,9 +55,10 @@ def test_sharded_population_matches_one_device():
             (r1, s1, m1), (r4, s4, m4) = runs
             assert r1.shape == (popsize, 1)
             np.testing.assert_array_equal(r1, r4)
-            # The search itself (strategy state, best member) is bit-identical: the population is
-            # replicated and the gathered returns are the same bits. Sums over members (the
-            # observation moments, the metrics) add per-device partial sums: last bits differ.
+            # The search itself (strategy state, best member) is bit-identical: each device draws
+            # its pairs' rows of the same draw, the gathered returns are the same bits and tell
+            # adds the same blocks in the same order. Sums over members (the observation
+            # moments, the metrics) add per-device partial sums: last bits differ.
             exact = ((s1.strategy, s1.gen_best), (s4.strategy, s4.gen_best))
             for a, b in zip(*map(jax.tree.leaves, exact), strict=True):
                 np.testing.assert_array_equal(a, b)
@@ -68,20 +71,25 @@ def test_sharded_population_matches_one_device():
     assert "ok" in done.stdout
 
 
-def test_only_one_float_per_member_crosses_devices():
-    """The compiled generation's collectives: one all-gather of the members' returns and a small
-    all-reduce of totals, nothing else (no parameters, no distributed sort of the ranking)."""
+def test_only_returns_and_block_sums_cross_devices():
+    """The compiled generation's collectives: all-gathers and all-reduces only (no parameters,
+    no noise, no distributed sort of the ranking). A materialised population moves one float
+    per member and a few totals; mirrored OpenES also gathers one ``num_dims`` sum per block of
+    pairs and sums the best member's row (its one holder adds it to the others' zeros)."""
     script = """
         import jax, jax.numpy as jnp
         assert len(jax.devices()) == 4
         from esjax.distributed import block_collectives
         from esjax.engine import make_engine
+        from esjax.noise import PairLayout
         from esjax.policies import MLP
         from esjax.rollout import PopulationRollout
         from esjax.strategies import build_strategy, load_strategy
         rollout = PopulationRollout("Pendulum-v1", MLP(hidden=(8,)), 8)
-        for popsize, groups in ((38, 1), (64, 4)):  # 38 is padded to 40
-            spec = load_strategy("open_es", {"popsize": popsize, "env_groups": groups})
+        # 38 is padded to 40 members; as mirrored pairs, 19 pairs to 20 blocks.
+        cases = (("open_es", 38, {}), ("open_es", 64, {"env_groups": 4}), ("snes", 38, {}))
+        for name, popsize, settings in cases:
+            spec = load_strategy(name, {"popsize": popsize, **settings})
             engine = make_engine(rollout, rollout, lambda n: build_strategy(spec, n), block=2,
                                  eval_episodes=2, normalize_obs=True)
             moved = block_collectives(engine, engine.init(jnp.arange(1)))
@@ -90,10 +98,47 @@ def test_only_one_float_per_member_crosses_devices():
             # Returns (4 B per member, padding included), the env-step count and the
             # observation sums (2 x 3 floats for Pendulum).
             total = sum(size for _, _, size in moved)
-            assert 4 * popsize <= total <= 4 * popsize + 64, moved
+            allowed = 4 * popsize + 64
+            if name == "open_es":
+                layout = PairLayout(popsize // 2, 4)
+                blocks = layout.rows // layout.block
+                allowed += 4 * engine.num_dims * (blocks + 2)
+                assert any(shape.endswith(f"[1,{blocks},{engine.num_dims}]")
+                           for _, shape, _ in moved), moved
+            assert 4 * popsize <= total <= allowed, moved
         print("ok")
     """
     done = _python(script, {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ok" in done.stdout
+
+
+def test_past_32_devices_the_gradient_is_all_reduced():
+    """On more devices than gradient blocks, tell adds each device's blocks and all-reduces one
+    ``num_dims`` vector instead of gathering a block sum per device; the sum is still right."""
+    script = """
+        import jax, jax.numpy as jnp, numpy as np
+        from jax.sharding import Mesh
+        from esjax import noise
+        from esjax.distributed import collective_bytes
+        from esjax.strategies import build_strategy, load_strategy
+        assert len(jax.devices()) == 34
+        mesh = Mesh(np.array(jax.devices()), (noise.AXIS,))
+        strategy = build_strategy(load_strategy("open_es", {"popsize": 140}), num_dims=5)
+        state = strategy.init(jax.random.key(0), jnp.zeros(5))
+        ask = jax.jit(lambda k: noise.ask(strategy, k, state, lambda f: f, mesh))
+        lazy = ask(jax.random.key(1))
+        assert lazy.layout.devices == 34 and lazy.layout.block == 2
+        weights = jax.random.normal(jax.random.key(2), (70,))
+        total = jax.jit(noise.weighted_noise)
+        want = np.asarray(weights, np.float64) @ np.asarray(jax.random.normal(
+            strategy.noise_key(jax.random.key(1)), (70, 5)), np.float64)
+        np.testing.assert_allclose(total(lazy, weights), want, rtol=1e-5, atol=1e-5)
+        moved = collective_bytes(total.lower(lazy, weights).compile().as_text())
+        assert [op for op, _, _ in moved] == ["all-reduce"] and moved[0][2] == 20, moved
+        print("ok")
+    """
+    done = _python(script, {"XLA_FLAGS": "--xla_force_host_platform_device_count=34"})
     assert done.returncode == 0, done.stderr[-3000:]
     assert "ok" in done.stdout
 

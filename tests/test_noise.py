@@ -28,7 +28,7 @@ def started(strategy):
 
 
 def materialised(lazy):
-    return jax.vmap(lazy.flat)(lazy.index)
+    return jax.vmap(lazy.flat)(*lazy.members())
 
 
 def test_population_is_evosax_ask():
@@ -77,6 +77,43 @@ def test_tell_equals_evosax_tell_on_the_same_population():
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(ours.best_fitness, theirs.best_fitness)
     np.testing.assert_array_equal(ours.generation_counter, theirs.generation_counter)
+
+
+@pytest.mark.parametrize(("half", "devices"), [(4, 1), (5, 4), (65, 4), (1024, 2), (1000, 3)])
+def test_pair_layout_puts_every_member_on_one_device_with_its_mirror_image(half, devices):
+    layout = noise.PairLayout(half, devices)
+    assert layout.per_device % layout.block == 0 and layout.rows >= half
+    # Less than one block of padding per device.
+    assert layout.rows - half < devices * layout.block
+    pairs, negatives = zip(*(layout.device_members(d) for d in range(devices)), strict=True)
+    pair, negative = np.concatenate(pairs), np.concatenate(negatives)
+    # Device d holds rows [d * per_device, (d + 1) * per_device): both members of each pair.
+    by_device = pair.reshape(devices, 2, -1)
+    np.testing.assert_array_equal(by_device[:, 0], by_device[:, 1])
+    np.testing.assert_array_equal(by_device[:, 0].ravel(), np.arange(layout.rows))
+    member = np.where(negative, pair + half, pair)
+    # Gathered device by device, results go back to the population's order, padding dropped.
+    np.testing.assert_array_equal(layout.in_member_order(jnp.asarray(member)), np.arange(2 * half))
+
+
+def test_weighted_noise_is_the_weighted_sum_of_the_pairs_rows():
+    """Summed block by block (here blocks of 3 pairs, the last one part padding)."""
+    half, num_dims = 100, 9
+    key = jax.random.key(1)
+    lazy = noise.LazyPopulation(
+        mean=jnp.zeros(num_dims),
+        std=jnp.float32(1.0),
+        noise=jax.random.normal(key, (102, num_dims)),
+        pair=jnp.arange(2 * half) % half,
+        negative=jnp.arange(2 * half) >= half,
+        first=jnp.int32(0),
+        unravel=lambda flat: flat,
+        layout=noise.PairLayout(half),
+    )
+    assert lazy.layout.block == 3 and lazy.layout.rows == 102
+    weights = jax.random.normal(jax.random.key(2), (half,))
+    want = np.asarray(weights, np.float64) @ np.asarray(lazy.noise[:half], np.float64)
+    np.testing.assert_allclose(noise.weighted_noise(lazy, weights), want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize(
