@@ -460,6 +460,13 @@ def with_settings(strategy: Strategy, values: Mapping[str, Any]) -> Strategy:
     return build_strategy(spec, strategy.num_dims, strategy.popsize)
 
 
+# Settings read once, when the engine is built (a shape, or a static argument of the rollout),
+# not by the strategy's ask and tell: tracing them would pass the check below while the compiled
+# program kept the built value, so configurations of a sweep differing only in them would
+# silently run the same search.
+BUILD_TIME_SETTINGS = frozenset({"popsize", "worst_episodes"})
+
+
 def traced_settings(strategy: Strategy) -> tuple[str, ...]:
     """The float settings that can be arrays inside the compiled generation, by trying it.
 
@@ -471,7 +478,7 @@ def traced_settings(strategy: Strategy) -> tuple[str, ...]:
     candidates = sorted(
         name
         for name, value in strategy.spec.settings.items()
-        if isinstance(value, float) and name != "popsize"
+        if isinstance(value, float) and name not in BUILD_TIME_SETTINGS
     )
 
     def works(names: Sequence[str]) -> bool:

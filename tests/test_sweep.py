@@ -184,6 +184,25 @@ def test_numeric_settings_share_a_program_and_shapes_do_not():
     assert "l2_penalty" not in found[0][1].hyper_names
 
 
+def test_settings_the_engine_reads_when_built_get_programs_of_their_own():
+    """``worst_episodes`` is a float every strategy takes, and tracing it through ask and tell
+    works (they never read it), but the rollout reads it once, when the engine is built. Were it
+    traced, both configurations would run one program with the first one's value."""
+    from esjax.evolve import resolve_config
+
+    grid = sweeps.configurations(["strategy_settings.worst_episodes=1.0,0.5"])
+    resolved = [
+        resolve_config(
+            "pendulum", popsize=8, rollouts=4, overrides=["episode_length=16", *c.overrides]
+        )
+        for c in grid
+    ]
+    found = sweeps.programs(grid, resolved)
+    assert len(found) == 2
+    for _, engine in found:
+        assert "worst_episodes" not in engine.hyper_names
+
+
 # Pendulum with its mass drawn per episode from [low, 2]: the sweep varies ``low``.
 SAMPLER = ["env_sampler.m.dist=uniform", "env_sampler.m.low=1.0", "env_sampler.m.high=2.0"]
 
