@@ -26,6 +26,15 @@ SPEEDS = np.array([-1.0, 0.0, 1.0])  # gymnax's reset draws speeds in [-1, 1]
 
 def start_returns(run: str, seed: int, which: str, steps: int = 200) -> np.ndarray:
     """``(angles, speeds)`` episode returns of one saved policy."""
+    angle, speed = np.meshgrid(ANGLES, SPEEDS, indexing="ij")
+    returns = policy_returns(run, seed, which, angle.ravel(), speed.ravel(), steps)
+    return returns.reshape(angle.shape)
+
+
+def policy_returns(
+    run: str, seed: int, which: str, angles: np.ndarray, speeds: np.ndarray, steps: int = 200
+) -> np.ndarray:
+    """The episode return of one saved policy from each start ``(angles[i], speeds[i])``."""
     controller = load_policy(run, which, seed)
     env, env_params = gymnax.make("Pendulum-v1")
     policy_step = controller._step  # the compiled step the Python controller runs
@@ -43,8 +52,8 @@ def start_returns(run: str, seed: int, which: str, steps: int = 200) -> np.ndarr
         _, rewards = jax.lax.scan(step, start, None, length=steps)
         return rewards.sum()
 
-    grid = jax.vmap(jax.vmap(episode, (None, 0)), (0, None))
-    return np.asarray(jax.jit(grid)(jnp.asarray(ANGLES, jnp.float32), jnp.asarray(SPEEDS)))
+    starts = (jnp.asarray(angles, jnp.float32), jnp.asarray(speeds, jnp.float32))
+    return np.asarray(jax.jit(jax.vmap(episode))(*starts))
 
 
 def main() -> None:
