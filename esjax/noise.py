@@ -48,7 +48,7 @@ class PairLayout:
     Pairs are cut into blocks of ``block`` consecutive pairs, and each of ``devices`` devices
     holds an equal run of whole blocks: device ``k`` holds pairs ``[k * per_device, (k + 1) *
     per_device)``, both members of each, so a device draws only its own rows and a pair never
-    straddles devices. Rows past the last pair (``rows - half`` of them) pad the last device.
+    straddles devices. Rows past the last pair (``rows - half`` of them) pad the last blocks.
     ``tell`` sums each block on its device and then the blocks in pair order, on every device:
     the same additions in the same order on any number of devices up to ``GRADIENT_BLOCKS``,
     so a search is bit-identical across those device counts. (Past that, each device adds its
