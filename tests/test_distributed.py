@@ -38,8 +38,8 @@ def test_sharded_population_matches_one_device():
         from esjax.rollout import PopulationRollout
         from esjax.strategies import build_strategy, load_strategy
         # 6 is padded to 8 on 4 devices; env_groups hands each member its group's keys. Mirrored
-        # OpenES splits its noise by pairs: 130 members are 65 pairs in 33 blocks of 2, padded
-        # to 36 blocks on 4 devices, so tell adds blocks of two pairs across devices.
+        # OpenES splits its noise by pairs: 130 members are 65 pairs in 22 blocks of 3, padded
+        # to 24 blocks on 4 devices, so tell adds blocks of three pairs across devices.
         for popsize, groups in ((8, 1), (6, 1), (8, 2), (130, 1)):
             runs = []
             for devices in (jax.devices()[:1], jax.devices()):
@@ -128,7 +128,7 @@ def test_past_32_devices_the_gradient_is_all_reduced():
         state = strategy.init(jax.random.key(0), jnp.zeros(5))
         ask = jax.jit(lambda k: noise.ask(strategy, k, state, lambda f: f, mesh))
         lazy = ask(jax.random.key(1))
-        assert lazy.layout.devices == 34 and lazy.layout.block == 2
+        assert lazy.layout.devices == 34 and lazy.layout.block == 3
         weights = jax.random.normal(jax.random.key(2), (70,))
         total = jax.jit(noise.weighted_noise)
         want = np.asarray(weights, np.float64) @ np.asarray(jax.random.normal(

@@ -79,12 +79,17 @@ def test_tell_equals_evosax_tell_on_the_same_population():
     np.testing.assert_array_equal(ours.generation_counter, theirs.generation_counter)
 
 
-@pytest.mark.parametrize(("half", "devices"), [(4, 1), (5, 4), (65, 4), (1024, 2), (1000, 3)])
+@pytest.mark.parametrize(
+    ("half", "devices"), [(4, 1), (5, 4), (65, 4), (1024, 2), (1000, 3), (1000, 32), (500, 64)]
+)
 def test_pair_layout_puts_every_member_on_one_device_with_its_mirror_image(half, devices):
     layout = noise.PairLayout(half, devices)
     assert layout.per_device % layout.block == 0 and layout.rows >= half
-    # Less than one block of padding per device.
+    # Less than one block of padding per device, and no device more than a block over an even
+    # share: at most GRADIENT_BLOCKS blocks (or one per device past that many devices).
     assert layout.rows - half < devices * layout.block
+    assert layout.blocks <= max(noise.GRADIENT_BLOCKS, devices)
+    assert layout.per_device <= -(-half // devices) + layout.block
     pairs, negatives = zip(*(layout.device_members(d) for d in range(devices)), strict=True)
     pair, negative = np.concatenate(pairs), np.concatenate(negatives)
     # Device d holds rows [d * per_device, (d + 1) * per_device): both members of each pair.
@@ -97,20 +102,20 @@ def test_pair_layout_puts_every_member_on_one_device_with_its_mirror_image(half,
 
 
 def test_weighted_noise_is_the_weighted_sum_of_the_pairs_rows():
-    """Summed block by block (here blocks of 3 pairs, the last one part padding)."""
-    half, num_dims = 100, 9
+    """Summed block by block (here 25 blocks of 4 pairs, the last one part padding)."""
+    half, num_dims = 99, 9
     key = jax.random.key(1)
     lazy = noise.LazyPopulation(
         mean=jnp.zeros(num_dims),
         std=jnp.float32(1.0),
-        noise=jax.random.normal(key, (102, num_dims)),
+        noise=jax.random.normal(key, (100, num_dims)),
         pair=jnp.arange(2 * half) % half,
         negative=jnp.arange(2 * half) >= half,
         first=jnp.int32(0),
         unravel=lambda flat: flat,
         layout=noise.PairLayout(half),
     )
-    assert lazy.layout.block == 3 and lazy.layout.rows == 102
+    assert lazy.layout.block == 4 and lazy.layout.rows == 100
     weights = jax.random.normal(jax.random.key(2), (half,))
     want = np.asarray(weights, np.float64) @ np.asarray(lazy.noise[:half], np.float64)
     np.testing.assert_allclose(noise.weighted_noise(lazy, weights), want, rtol=1e-5, atol=1e-5)
