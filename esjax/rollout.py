@@ -553,15 +553,14 @@ class PopulationRollout:
         that does not divide is padded with copies of the last member. On a CPU host a device
         is a core.
         """
-        popsize = _popsize(pop_params)
-        num_devices = len(self.devices)
-        shared = keys.ndim == 1
-        mesh = Mesh(np.array(self.devices), (_POP_AXIS,))
         if isinstance(pop_params, LazyPopulation) and pop_params.sharded:
             return self._over_paired_devices(local, keys, pop_params, inputs, out_specs)
+        popsize = _popsize(pop_params)
+        num_devices = len(self.devices)
         if num_devices == 1 or popsize < num_devices:
             return local(keys, pop_params, inputs, jnp.ones(popsize, bool), None)
         per_device = -(-popsize // num_devices)
+        shared = keys.ndim == 1
 
         def shard(keys, params, inputs):
             # Every device holds the whole population (a generation draws it replicated) and
@@ -572,7 +571,11 @@ class PopulationRollout:
             return local(keys if shared else keys[rows], params, inputs, index < popsize, _POP_AXIS)
 
         return jax.shard_map(
-            shard, mesh=mesh, in_specs=(P(), P(), P()), out_specs=out_specs, check_vma=False
+            shard,
+            mesh=Mesh(np.array(self.devices), (_POP_AXIS,)),
+            in_specs=(P(), P(), P()),
+            out_specs=out_specs,
+            check_vma=False,
         )(keys, pop_params, inputs)
 
     def _over_paired_devices(self, local, keys, population, inputs, out_specs):
