@@ -14,12 +14,18 @@ presets against the best that can be done, not only against each other (benchmar
     python benchmarks/pendulum_optimum.py                   # 512 x 401 grid, 1024 episodes
     python benchmarks/pendulum_optimum.py --angles 256 --speeds 201
     python benchmarks/pendulum_optimum.py --starts    # also the grid of pendulum_starts.py
-    python benchmarks/pendulum_optimum.py --run RUN   # and a saved policy on the same starts
+    python benchmarks/pendulum_optimum.py --run RUN --run-seeds 3   # a run's seeds, same starts
+    python benchmarks/pendulum_optimum.py --blines es.pkl  # and gymnax-blines' published agent
+
+``--blines`` takes gymnax-blines' ``agents/Pendulum-v1/es.pkl`` (read by
+``blines_checkpoint.py``, which admits only arrays): the agent behind the -130.2 of the
+project's issue, re-tested on the same starts as the optimum and ``--run``.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import time
 
@@ -85,6 +91,35 @@ def value_tables(step, read, max_speed, angles: int, speeds: int, torques: int, 
     return tables
 
 
+def blines_returns(env, params, path, angles, speeds, seed: int) -> dict[bool, np.ndarray]:
+    """gymnax-blines' published agent from each start, with mean and with sampled actions."""
+    from blines_checkpoint import policy, read
+    from gymnax.environments.classic_control.pendulum import EnvState
+
+    act = policy(read(path))
+
+    def episode(angle, speed, key, sample):
+        state = EnvState(theta=angle, theta_dot=speed, last_u=jnp.float32(0.0), time=0)
+
+        def step(carry, step_key):
+            state, obs = carry
+            action = act(obs, step_key, sample)
+            obs, state, reward, _, _ = env.step_env(step_key, state, action, params)
+            return (state, obs), reward
+
+        keys = jax.random.split(key, EPISODE)
+        _, rewards = jax.lax.scan(step, (state, env.get_obs(state)), keys)
+        return rewards.sum()
+
+    keys = jax.random.split(jax.random.key(seed + 2), len(angles))
+    starts = (jnp.asarray(angles, jnp.float32), jnp.asarray(speeds, jnp.float32), keys)
+    returns = {}
+    for sample in (False, True):
+        batch = jax.vmap(functools.partial(episode, sample=sample))
+        returns[sample] = np.asarray(jax.jit(batch)(*starts))
+    return returns
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--angles", type=int, default=512)
@@ -97,6 +132,8 @@ def main() -> None:
     )
     parser.add_argument("--run", help="a pendulum run directory: its policy on the same starts")
     parser.add_argument("--which", default="final", choices=("final", "best"))
+    parser.add_argument("--run-seeds", type=int, default=1, help="seeds of --run to test: 0..N-1")
+    parser.add_argument("--blines", help="gymnax-blines' agents/Pendulum-v1/es.pkl")
     args = parser.parse_args()
 
     env, params = make_env("Pendulum-v1")
@@ -154,21 +191,40 @@ def main() -> None:
         f"  starts within 0.54 rad of the bottom: {returns[bottom].mean():.1f} "
         f"({bottom.sum()} episodes); the others: {returns[~bottom].mean():.1f}"
     )
+
+    def interval(x: np.ndarray) -> float:
+        return 1.96 * x.std(ddof=1) / math.sqrt(len(x))
+
+    compared = {}
+    if args.blines:
+        published = blines_returns(env, params, args.blines, starts, speeds, args.seed)
+        compared["gymnax-blines' agent, mean actions"] = published[False]
+        compared["gymnax-blines' agent, sampled actions (as it was tested)"] = published[True]
+    runs = {}
     if args.run:
         from pendulum_starts import policy_returns
 
-        theirs = policy_returns(args.run, 0, args.which, starts, speeds)
+        for seed in range(args.run_seeds):
+            label = f"{args.run} (seed {seed}, {args.which} policy)"
+            runs[label] = policy_returns(args.run, seed, args.which, starts, speeds)
+    for label, theirs in {**compared, **runs}.items():
         gap = returns - theirs
         print(
-            f"{args.run} ({args.which} policy) on the same starts: {theirs.mean():.1f}; "
-            f"behind the controller above by {gap.mean():.1f} +- "
-            f"{1.96 * gap.std(ddof=1) / math.sqrt(len(gap)):.1f} (paired, 95 %); near the "
-            f"bottom {theirs[bottom].mean():.1f}, the others {theirs[~bottom].mean():.1f}"
+            f"{label} on the same starts: {theirs.mean():.1f} +- {interval(theirs):.1f}; "
+            f"behind the controller above by {gap.mean():.1f} +- {interval(gap):.1f} (paired, "
+            f"95 %); near the bottom {theirs[bottom].mean():.1f}, the others "
+            f"{theirs[~bottom].mean():.1f}"
         )
-        worst = np.argsort(gap)[-5:][::-1]
-        print("  largest gaps (angle, speed: optimum / policy): " + "; ".join(
-            f"{starts[i]:+.2f}, {speeds[i]:+.2f}: {returns[i]:.0f} / {theirs[i]:.0f}"
-            for i in worst))  # fmt: skip
+        if label in runs and args.blines:
+            gap = theirs - published[False]
+            print(f"  minus gymnax-blines' agent: {gap.mean():+.1f} +- {interval(gap):.1f} "
+                  "(paired, 95 %)")  # fmt: skip
+        if label in runs:
+            gap = returns - theirs
+            worst = np.argsort(gap)[-5:][::-1]
+            print("  largest gaps (angle, speed: optimum / policy): " + "; ".join(
+                f"{starts[i]:+.2f}, {speeds[i]:+.2f}: {returns[i]:.0f} / {theirs[i]:.0f}"
+                for i in worst))  # fmt: skip
     if args.starts:
         from gymnax.environments.classic_control.pendulum import EnvState
         from pendulum_starts import ANGLES, SPEEDS
