@@ -355,12 +355,14 @@ class ScalingConfig:
 
     ``reference_popsize`` is the popsize the task's ``generations`` and schedule were tuned
     at (default: the task's ``popsize``, else the strategy preset's); the env-step budget
-    grows as ``(popsize / reference_popsize) ** budget_exponent``.
+    grows as ``(popsize / reference_popsize) ** budget_exponent`` and the strategy's learning
+    rate as ``(popsize / reference_popsize) ** lr_exponent``.
     """
 
     reference_popsize: int | None = None
     budget_exponent: float = 0.5
     min_generations: int = 10
+    lr_exponent: float = 0.0
 
     def validate(self, where: str) -> None:
         if self.reference_popsize is not None:
@@ -378,6 +380,11 @@ class ScalingConfig:
             self.min_generations > 0,
             _child(where, "min_generations"),
             f"must be positive, got {self.min_generations}",
+        )
+        _require(
+            -1.0 <= self.lr_exponent <= 1.0,
+            _child(where, "lr_exponent"),
+            f"must be between -1 and 1, got {self.lr_exponent}",
         )
 
 

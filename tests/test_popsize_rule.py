@@ -1,7 +1,8 @@
 """The popsize rule: the settings a run resolves to at several popsizes, from the formula.
 
 Expected values are computed here from the rule as documented in ``esjax/popsize_rule.py``
-(env-step budget ~ (P / P_ref) ** e, decays keep their product over the run), not by calling it.
+(env-step budget ~ (P / P_ref) ** e, decays keep their product over the run, the learning rate
+~ (P / P_ref) ** lr_exponent), not by calling it.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from esjax.config import ConfigError
 from esjax.evolve import resolve_config
 
 # pendulum.toml: 150 generations, lr_decay 0.985, tuned at open_es's 256 members, e = 0.75,
-# at least 50 generations.
+# at least 50 generations, open_es's learning rate 0.1 scaled by (P / 256) ** -0.25.
 REFERENCE_POPSIZE, REFERENCE_GENERATIONS, REFERENCE_DECAY, EXPONENT = 256, 150, 0.985, 0.75
-MIN_GENERATIONS = 50
+MIN_GENERATIONS, REFERENCE_LR, LR_EXPONENT = 50, 0.1, -0.25
 
 
 def expected(popsize: int) -> tuple[int, float]:
@@ -40,8 +41,12 @@ def test_pendulum_settings_follow_the_documented_rule(popsize):
     assert settings["lr_decay"] ** generations == pytest.approx(
         REFERENCE_DECAY**REFERENCE_GENERATIONS, rel=1e-9
     )
+    # At 4096 members (16x) the learning rate halves: 16 ** -0.25 = 1 / 2.
+    want_lr = REFERENCE_LR * (popsize / REFERENCE_POPSIZE) ** LR_EXPONENT
+    assert settings["learning_rate"] == pytest.approx(want_lr, rel=1e-12)
+    if popsize == 4096:
+        assert settings["learning_rate"] == pytest.approx(0.05, rel=1e-12)
     # What the rule leaves alone.
-    assert settings["learning_rate"] == 0.1
     assert settings["std_init"] == 0.15
     assert settings["env_groups"] == "auto"
     assert config["task"]["generations"] == REFERENCE_GENERATIONS
@@ -50,13 +55,16 @@ def test_pendulum_settings_follow_the_documented_rule(popsize):
     assert record["reference_popsize"] == REFERENCE_POPSIZE
     assert record["budget_exponent"] == EXPONENT
     assert record["min_generations"] == MIN_GENERATIONS
+    assert record["lr_exponent"] == LR_EXPONENT
     assert record["applied"] == (popsize != REFERENCE_POPSIZE)
+    assert ("learning_rate" in record.get("changed", {})) == (popsize != REFERENCE_POPSIZE)
 
 
 def test_the_default_command_is_the_tuned_one():
     config = resolve_config("pendulum")
     assert config["generations"] == REFERENCE_GENERATIONS
     assert config["strategy"]["settings"]["lr_decay"] == REFERENCE_DECAY
+    assert config["strategy"]["settings"]["learning_rate"] == REFERENCE_LR
     assert not config["scaling"]["applied"]
 
 
@@ -66,6 +74,10 @@ def test_explicit_values_are_never_rescaled():
     )
     assert config["generations"] == 99
     assert config["strategy"]["settings"]["lr_decay"] == 0.9
+    config = resolve_config(
+        "pendulum", popsize=4096, overrides=["strategy_settings.learning_rate=0.3"]
+    )
+    assert config["strategy"]["settings"]["learning_rate"] == 0.3
     # An explicit generation count keeps the rule's decay (it depends on popsize only).
     config = resolve_config("pendulum", popsize=2048, generations=99)
     assert config["strategy"]["settings"]["lr_decay"] == pytest.approx(expected(2048)[1])
@@ -84,10 +96,15 @@ def test_every_task_follows_the_same_rule(task):
         if old is not None:
             new = config["strategy"]["settings"][name]
             assert new == pytest.approx(old ** (base["generations"] / want))
+    # No lr_exponent in their [scaling]: the learning rate stays as tuned.
+    lr = base["strategy"]["settings"].get("learning_rate")
+    assert config["strategy"]["settings"].get("learning_rate") == lr
 
 
 def test_a_bad_scaling_table_is_one_line():
     with pytest.raises(ConfigError, match="budget_exponent: must be between 0 and 1"):
         resolve_config("pendulum", overrides=["scaling.budget_exponent=1.5"])
+    with pytest.raises(ConfigError, match="lr_exponent: must be between -1 and 1"):
+        resolve_config("pendulum", overrides=["scaling.lr_exponent=-2"])
     with pytest.raises(ConfigError, match="unknown key 'budget'"):
         resolve_config("pendulum", overrides=["scaling.budget=1"])
