@@ -232,7 +232,7 @@ def test_env_sampler_bound_sweep_equals_each_run_alone(tmp_path, monkeypatch):
 
     # Chunks of a few members, so the sweep's 4 stacked runs (2 bounds x 2 seeds) step
     # through the population in smaller chunks than a run alone does: results must not care.
-    monkeypatch.setattr(rollout, "CHUNK_PARAM_BYTES", 8 * 4868)  # 8 members of the 32-32 MLP
+    monkeypatch.setattr(rollout, "CHUNK_PARAM_BYTES", 8 * 5124)  # 8 members of the preset MLP
     shared = dict(popsize=8, generations=2, rollouts=1, seeds=2)
     overrides = [*TINY["overrides"], *SAMPLER]
     programs = []
