@@ -25,7 +25,6 @@ project's issue, re-tested on the same starts as the optimum and ``--run``.
 from __future__ import annotations
 
 import argparse
-import functools
 import math
 import time
 
@@ -91,32 +90,20 @@ def value_tables(step, read, max_speed, angles: int, speeds: int, torques: int, 
     return tables
 
 
-def blines_returns(env, params, path, angles, speeds, seed: int) -> dict[bool, np.ndarray]:
+def blines_returns(path, angles, speeds, seed: int) -> dict[bool, np.ndarray]:
     """gymnax-blines' published agent from each start, with mean and with sampled actions."""
     from blines_checkpoint import policy, read
-    from gymnax.environments.classic_control.pendulum import EnvState
+    from pendulum_starts import episode_returns
 
     act = policy(read(path))
-
-    def episode(angle, speed, key, sample):
-        state = EnvState(theta=angle, theta_dot=speed, last_u=jnp.float32(0.0), time=0)
-
-        def step(carry, step_key):
-            state, obs = carry
-            action = act(obs, step_key, sample)
-            obs, state, reward, _, _ = env.step_env(step_key, state, action, params)
-            return (state, obs), reward
-
-        keys = jax.random.split(key, EPISODE)
-        _, rewards = jax.lax.scan(step, (state, env.get_obs(state)), keys)
-        return rewards.sum()
-
     keys = jax.random.split(jax.random.key(seed + 2), len(angles))
-    starts = (jnp.asarray(angles, jnp.float32), jnp.asarray(speeds, jnp.float32), keys)
     returns = {}
     for sample in (False, True):
-        batch = jax.vmap(functools.partial(episode, sample=sample))
-        returns[sample] = np.asarray(jax.jit(batch)(*starts))
+
+        def agent(carry, obs, key, sample=sample):
+            return act(obs, key, sample), carry
+
+        returns[sample] = episode_returns(agent, (), angles, speeds, keys, EPISODE)
     return returns
 
 
@@ -197,7 +184,7 @@ def main() -> None:
 
     compared = {}
     if args.blines:
-        published = blines_returns(env, params, args.blines, starts, speeds, args.seed)
+        published = blines_returns(args.blines, starts, speeds, args.seed)
         compared["gymnax-blines' agent, mean actions"] = published[False]
         compared["gymnax-blines' agent, sampled actions (as it was tested)"] = published[True]
     runs = {}

@@ -11,6 +11,8 @@ what `policy.mirror` removes (benchmarks/README.md, "Mirror-symmetric policies")
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import Any
 
 import gymnax
 import jax
@@ -36,23 +38,40 @@ def policy_returns(
 ) -> np.ndarray:
     """The episode return of one saved policy from each start ``(angles[i], speeds[i])``."""
     controller = load_policy(run, which, seed)
-    env, env_params = gymnax.make("Pendulum-v1")
     policy_step = controller._step  # the compiled step the Python controller runs
 
-    def episode(angle, speed):
+    def act(policy_carry, obs, _):
+        return policy_step(controller.params, policy_carry, obs, 0.0)
+
+    keys = jax.random.split(jax.random.key(0), len(angles))  # Pendulum-v1 never reads them
+    return episode_returns(act, controller._initial(), angles, speeds, keys, steps)
+
+
+def episode_returns(
+    act: Callable, initial: Any, angles: np.ndarray, speeds: np.ndarray, keys: jax.Array,
+    steps: int = 200,
+) -> np.ndarray:  # fmt: skip
+    """The return of a controller from each start ``(angles[i], speeds[i])``.
+
+    ``act(carry, obs, key) -> (action, carry)`` from the carry ``initial``; each episode is
+    stepped by gymnax's own ``step_env``, with ``keys[i]`` split into one key per step.
+    """
+    env, env_params = gymnax.make("Pendulum-v1")
+
+    def episode(angle, speed, key):
         state = EnvState(theta=angle, theta_dot=speed, last_u=jnp.float32(0.0), time=0)
 
-        def step(carry, _):
+        def step(carry, step_key):
             state, obs, policy_carry = carry
-            action, policy_carry = policy_step(controller.params, policy_carry, obs, 0.0)
-            obs, state, reward, _, _ = env.step_env(jax.random.key(0), state, action, env_params)
+            action, policy_carry = act(policy_carry, obs, step_key)
+            obs, state, reward, _, _ = env.step_env(step_key, state, action, env_params)
             return (state, obs, policy_carry), reward
 
-        start = (state, env.get_obs(state), controller._initial())
-        _, rewards = jax.lax.scan(step, start, None, length=steps)
+        start = (state, env.get_obs(state), initial)
+        _, rewards = jax.lax.scan(step, start, jax.random.split(key, steps))
         return rewards.sum()
 
-    starts = (jnp.asarray(angles, jnp.float32), jnp.asarray(speeds, jnp.float32))
+    starts = (jnp.asarray(angles, jnp.float32), jnp.asarray(speeds, jnp.float32), keys)
     return np.asarray(jax.jit(jax.vmap(episode))(*starts))
 
 
