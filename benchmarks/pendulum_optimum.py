@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from esjax.rollout import make_env
+from esjax.envs import make_env
 
 EPISODE = 200
 

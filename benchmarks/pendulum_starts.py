@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from gymnax.environments.classic_control.pendulum import EnvState
 
-from esjax.runs import load_policy
+from esjax.saved import load_policy
 
 ANGLES = np.linspace(-np.pi, np.pi, 13)[:-1]  # every 30 degrees, the bottom first
 SPEEDS = np.array([-1.0, 0.0, 1.0])  # gymnax's reset draws speeds in [-1, 1]
@@ -39,12 +39,13 @@ def policy_returns(
     """The episode return of one saved policy from each start ``(angles[i], speeds[i])``."""
     controller = load_policy(run, which, seed)
     policy_step = controller._step  # the compiled step the Python controller runs
+    known, key = controller._known_params, controller.step_key(0)  # greedy: the key is unread
 
-    def act(policy_carry, obs, _):
-        return policy_step(controller.params, policy_carry, obs, 0.0)
+    def act(policy_state, obs, _):
+        return policy_step(controller.params, policy_state, obs, 0.0, known, key)
 
     keys = jax.random.split(jax.random.key(0), len(angles))  # Pendulum-v1 never reads them
-    return episode_returns(act, controller._initial(), angles, speeds, keys, steps)
+    return episode_returns(act, controller.episode.start(), angles, speeds, keys, steps)
 
 
 def episode_returns(

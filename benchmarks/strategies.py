@@ -44,10 +44,9 @@ from esjax.evolve import (  # noqa: E402
     build_engine,
     clear_engine_cache,
     evolve,
-    make_test_rollout,
-    saved_policy_returns,
 )
 from esjax.runs import load_metrics  # noqa: E402
+from esjax.saved import SavedPolicy, make_test_rollout  # noqa: E402
 
 # Matched budgets: popsize x generations x rollouts x episode length env steps per seed at most.
 # One small policy for both tasks so that the full-matrix algorithms (CMA-ES, xNES, MA-ES,
@@ -111,7 +110,8 @@ def one_row(task: str, name: str, seeds: int, budget: dict, out: Path) -> dict:
     threshold = config["task"]["solved_return"]
     built = make_test_rollout(out, None)
     tests = [
-        float(jnp.mean(saved_policy_returns(out, 128, s, "final", built))) for s in range(seeds)
+        float(jnp.mean(SavedPolicy.load(out, "final", s, built=built).test_returns(128)))
+        for s in range(seeds)
     ]
     rows = [r for r in load_metrics(out) if "eval_return" in r]
     hits = []

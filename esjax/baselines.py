@@ -168,11 +168,11 @@ def baseline_returns(
 ) -> np.ndarray:
     """Per-episode returns of a baseline on a run's test episodes (seed index ``seed``).
 
-    The episodes :func:`esjax.evolve.evaluate_run` tests the run's policy on: the run's test
-    key root, its task and ``split``. ``built``: a :func:`~esjax.evolve.make_test_rollout`.
+    The episodes :func:`esjax.saved.evaluate_run` tests the run's policy on: the run's test
+    key root, its task and ``split``. ``built``: a :func:`~esjax.saved.make_test_rollout`.
     """
     from esjax.engine import seed_keys
-    from esjax.evolve import make_test_rollout
+    from esjax.saved import make_test_rollout
 
     check_baseline(baseline)
     if not isinstance(episodes, int) or episodes <= 0:

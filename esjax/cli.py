@@ -455,9 +455,7 @@ def _finish_evolve(summary: Any, report: ProgressReport) -> None:
     run_dir = Path(summary.run_dir)
     figure = plot_runs([run_dir], run_dir / "fitness.png")
     config = read_run_config(run_dir)
-    threshold = getattr(summary, "solved_threshold", None)
-    if threshold is None and isinstance(config.get("task"), dict):
-        threshold = config["task"].get("solved_return")
+    judged = summary.verdict
 
     table = Table(title="esjax evolve", show_header=False, title_justify="left")
     table.add_column(style="bold")
@@ -474,18 +472,18 @@ def _finish_evolve(summary: Any, report: ProgressReport) -> None:
     table.add_row("process start → first block", f"{report.first_report_s or math.nan:.1f} s")
     table.add_row("eval return (final)", _number(summary.final_eval_return))
     table.add_row("eval return (best)", _number(summary.best_eval_return))
-    tested = _test_saved_policies(run_dir, seeds) if threshold is not None else {}
-    for which, value in tested.items():
-        table.add_row(f"test return ({which}, fresh episodes)", _number(value))
+    if judged is not None:
+        table.add_row("test return (final, fresh episodes)", _number(judged.final_return))
+        table.add_row("test return (best, fresh episodes)", _number(judged.best_return))
     table.add_row("fitness plot", str(figure))
     console.print(table)
-    if tested:
-        # The verdict uses episodes that neither training nor the choice of the best policy
-        # saw, so selecting the best policy cannot flatter it.
-        which, value = max(tested.items(), key=lambda item: item[1])
-        verdict = "≥" if value >= threshold else "<"
-        text = f"test return {value:.1f} {verdict} {threshold:g} ({which} policy, fresh episodes)"
-        if value >= threshold:
+    if judged is not None:
+        # The one verdict (esjax.saved): the final policy on episodes that neither training
+        # nor the choice of the best policy saw. The best policy is shown above, not judged.
+        value, threshold = judged.final_return, judged.threshold
+        verdict = "≥" if judged.solved else "<"
+        text = f"test return {value:.1f} {verdict} {threshold:g} (final policy, fresh episodes)"
+        if judged.solved:
             console.print(Text(f"Solved: {text}.", style="bold green"))
         else:
             console.print(Text(f"Not solved: {text}.", style="yellow"))
@@ -493,20 +491,6 @@ def _finish_evolve(summary: Any, report: ProgressReport) -> None:
         f"Next: [cyan]esjax eval {run_dir}[/cyan] · [cyan]esjax render {run_dir}[/cyan]",
         soft_wrap=True,
     )
-
-
-def _test_saved_policies(run_dir: Path, seeds: int) -> dict[str, float]:
-    """Mean test return over seeds of the final and the best saved policy, on fresh episodes."""
-    from esjax.evolve import evaluate_run, make_test_rollout
-
-    built = make_test_rollout(run_dir)  # one compile serves every policy and seed
-    tested = {}
-    for which in ("final", "best"):
-        returns = [
-            evaluate_run(run_dir, which=which, seed=s, built=built)["mean"] for s in range(seeds)
-        ]
-        tested[which] = sum(returns) / len(returns)
-    return tested
 
 
 class Baseline(StrEnum):
@@ -600,7 +584,7 @@ def eval_(
         return
     if out_file is not None or overwrite:
         raise ConfigError("--out and --overwrite go with --grid")
-    from esjax.evolve import evaluate_run
+    from esjax.saved import evaluate_run
 
     result = evaluate_run(run, episodes=episodes, split=split, seed=seed, which=which.value)
     record = {
@@ -635,7 +619,7 @@ def _eval_baseline(
     import numpy as np
 
     from esjax.baselines import baseline_returns
-    from esjax.evolve import evaluate_run, make_test_rollout
+    from esjax.saved import evaluate_run, make_test_rollout
 
     config, rollout = make_test_rollout(run, split)
     if baseline is Baseline.analytic:
@@ -897,7 +881,8 @@ def sweep(
 
     Each configuration is a run directory inside the sweep directory (readable by eval, plot
     and render); sweep.json holds each configuration's final and best test return per seed,
-    their mean and 95% interval, and the env steps to the solve threshold; sweep.png draws a
+    their mean and 95% interval, each seed's verdict (its final policy's test return against the
+    solve threshold) and the env steps until an evaluation first reached it; sweep.png draws a
     line per configuration (a heatmap of the final test return for two numeric keys).
     """
     if task is None and not resume:
@@ -969,16 +954,18 @@ def _show_sweep(record: dict[str, Any], out_dir: Path | None) -> None:
         title=f"sweep of {record['spec']['task']}: test return over {n} seed(s), 95% interval",
         title_justify="left",
     )
-    for name in ("configuration", "final", "best", "seeds solved", "env steps to solve"):
+    columns = ("configuration", "final", "best", "seeds solved", "env steps to threshold")
+    for name in columns:
         table.add_column(name, justify="left" if name == "configuration" else "right")
     for entry in record["configurations"]:
-        steps = entry["env_steps_to_solved"]
+        verdicts = entry["solved_per_seed"]
+        reached = entry["env_steps_to_threshold"]["mean_over_reached"]
         table.add_row(
             ", ".join(entry["overrides"]),
             cell(entry["final_test_return"]),
             cell(entry["best_test_return"]),
-            f"{steps['solved_seeds']}/{len(steps['per_seed'])}" if steps["per_seed"] else "-",
-            _count(steps["mean_over_solved"]) if steps["mean_over_solved"] else "-",
+            f"{entry['solved_seeds']}/{len(verdicts)}" if verdicts else "-",
+            _count(reached) if reached else "-",
         )
     console.print(table)
     where = record.get("sweep_dir") or out_dir

@@ -63,7 +63,7 @@ def seed_keys(seed: int | jax.Array) -> dict[str, jax.Array]:
     """Independent roots of one run: training, parameter init, evaluation and final test.
 
     Training keys descend only from ``train``; the evaluation episodes use ``evaluation``
-    (fixed for the whole run) and :func:`esjax.evolve.evaluate_run` uses ``test``, so no
+    (fixed for the whole run) and :func:`esjax.saved.evaluate_run` uses ``test``, so no
     evaluation episode ever replays a training episode.
     """
     train, init, evaluation, test = jax.random.split(jax.random.key(seed), 4)

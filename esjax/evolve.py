@@ -11,16 +11,13 @@ config is checked: non-finite numbers and a generation that cannot fit in memory
 from __future__ import annotations
 
 import datetime as _dt
-import functools
 import json
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from esjax import memory, runs
+from esjax import memory
 from esjax.config import (
     ConfigError,
     TaskConfig,
@@ -339,103 +336,3 @@ def _check_resume_args(config, task, strategy, popsize, rollouts, seeds, overrid
         raise ConfigError(f"cannot change seeds on resume (run has {config['seeds']})")
     if overrides and list(overrides) != list(config.get("overrides", [])):
         raise ConfigError("cannot change overrides (--set) on resume")
-
-
-# ---------------------------------------------------------------------------- evaluation
-def make_test_rollout(run_dir: str | Path, split: str | None = None):
-    """The run's config and a deterministic rollout of its task (and split) for testing."""
-    from esjax.tasks import make_rollout
-
-    config = runs.read_run_config(run_dir)
-    task = parse_task(config["task"], f"{run_dir}/{runs.CONFIG}")
-    return config, make_rollout(task, split=split, source=str(run_dir))
-
-
-def saved_policy_returns(
-    run_dir: str | Path,
-    episodes: int,
-    seed: int,
-    which: str,
-    built: tuple[dict, Any],
-    *,
-    zero: bool = False,
-) -> np.ndarray:
-    """Per-episode test returns of a saved policy through ``built = make_test_rollout(...)``.
-
-    Passing the built rollout lets callers test several policies or seeds with one compile.
-    ``zero`` sets every weight to zero (the zero-action baseline on the same episodes).
-    """
-    _, rollout = built
-    key, params, obs_stats = saved_policy_inputs(run_dir, seed, which, built, zero=zero)
-    return np.asarray(rollout.population(key, params, episodes, obs_stats).returns[0])
-
-
-def saved_policy_inputs(
-    run_dir: str | Path,
-    seed: int,
-    which: str,
-    built: tuple[dict, Any],
-    *,
-    zero: bool = False,
-) -> tuple[Any, Any, Any]:
-    """``(test key, params as a one-member population, obs stats)`` for ``rollout.population``.
-
-    Separate from :func:`saved_policy_returns` so that callers which batch the rollout
-    themselves (``esjax eval --grid``, one compile for every cell) test on the same episodes.
-    """
-    import jax.numpy as jnp
-
-    from esjax.engine import seed_keys
-    from esjax.rollout import ObsStats
-
-    config, rollout = built
-    _, flat, stats = runs.read_policy(run_dir, which, seed)
-    flat = np.zeros_like(flat) if zero else flat
-    params = _one_member_population(rollout)(flat)
-    obs_stats = ObsStats(*(jnp.asarray(s) for s in stats)) if stats is not None else None
-    key = seed_keys(int(config["seed"]) + seed)["test"]
-    return key, params, obs_stats
-
-
-@functools.lru_cache(maxsize=8)
-def _one_member_population(rollout: Any) -> Callable:
-    """Flat parameters -> a one-member population of ``rollout``'s policy, as one program.
-
-    Built once per rollout: a sweep tests every configuration's policies, seed by seed, through
-    the same rollout (run eagerly, every leaf's slice would be a program of its own).
-    """
-    import jax
-
-    from esjax.engine import flat_template
-
-    _, unravel = flat_template(rollout, jax.random.key(0))
-    return jax.jit(lambda flat: jax.tree.map(lambda x: x[None], unravel(flat)))
-
-
-def evaluate_run(
-    run_dir: str | Path,
-    episodes: int = 128,
-    split: str | None = None,
-    seed: int = 0,
-    which: str = "final",
-    built: tuple[dict, Any] | None = None,
-) -> dict[str, Any]:
-    """Test returns of a saved policy on held-out episodes.
-
-    Deterministic actions and the policy's frozen normalisation statistics; the episodes come
-    from the run's *test* key root, disjoint from both training and the evaluations that chose
-    the best policy. ``seed`` is the seed index within the run; ``split`` a task split
-    (default: the training distribution); ``built`` a :func:`make_test_rollout` to reuse.
-    """
-    if not isinstance(episodes, int) or episodes <= 0:
-        raise ConfigError(f"episodes must be a positive integer, got {episodes!r}")
-    built = built or make_test_rollout(run_dir, split)
-    returns = saved_policy_returns(run_dir, episodes, seed, which, built)
-    return {
-        "mean": float(np.mean(returns)),
-        "std": float(np.std(returns)),
-        "min": float(np.min(returns)),
-        "max": float(np.max(returns)),
-        "episodes": episodes,
-        "returns": [float(r) for r in returns],
-    }

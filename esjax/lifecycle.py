@@ -229,6 +229,12 @@ class RunSummary:
     final_eval_return: float | None
     best_eval_return: float | None
     solved_threshold: float | None = None
+    # The verdict on fresh test episodes (esjax.saved.verdict); None without a threshold.
+    verdict: Any = None
+
+    @property
+    def solved(self) -> bool | None:
+        return None if self.verdict is None else self.verdict.solved
 
 
 @dataclass(frozen=True)
@@ -525,41 +531,55 @@ class Run:
         self._last_checkpoint = time.perf_counter()
 
     def finish(self) -> RunSummary:
-        """Evaluate the final search mean; the writer also writes ``summary.json``."""
+        """Evaluate the final search mean and judge the run; the writer writes ``summary.json``.
+
+        With a ``solved_return`` the writer tests every seed's saved final and best policy on
+        fresh test episodes (:func:`esjax.saved.verdict`, the one meaning of *solved*).
+        """
         import jax
+
+        # Imported here: the saved-policy path pulls in every strategy, which importing esjax
+        # for a command's start-up does not need.
+        from esjax.saved import verdict
 
         host = self.progress.host
         task = parse_task(self.config["task"], "config")
         final = jax.device_get(self.engine.evaluate(self.state))
-        final_return = float(np.mean(final["eval_return"]))
         finite_best = host.best_eval[np.isfinite(host.best_eval)]
+        judged = None
+        if self.writer and task.solved_return is not None:
+            judged = verdict(self.run_dir, len(self.seed_ids), task.solved_return)
         summary = RunSummary(
             run_dir=self.run_dir,
             generations=host.generation,
             env_steps=int(np.mean(host.env_steps)),
             wall_s=self.wall(),
-            final_eval_return=final_return,
+            final_eval_return=float(np.mean(final["eval_return"])),
             best_eval_return=float(np.mean(finite_best)) if finite_best.size else None,
             solved_threshold=task.solved_return,
+            verdict=judged,
         )
         if self.writer:
-            threshold = summary.solved_threshold
-            runs.write_json(
-                self.run_dir / runs.SUMMARY,
-                {
-                    "generations": summary.generations,
-                    "env_steps": summary.env_steps,
-                    "env_steps_per_seed": [int(x) for x in host.env_steps],
-                    "wall_s": summary.wall_s,
-                    "final_eval_return": summary.final_eval_return,
-                    "final_eval_return_per_seed": [float(x) for x in final["eval_return"]],
-                    "best_eval_return": summary.best_eval_return,
-                    "best_eval_return_per_seed": host.meta()["best_eval"],
-                    "solved_threshold": threshold,
-                    "solved": None if threshold is None else bool(final_return >= threshold),
-                },
-            )
+            runs.write_json(self.run_dir / runs.SUMMARY, _summary_json(summary, host, final))
         return summary
+
+
+def _summary_json(summary: RunSummary, host: HostState, final: dict) -> dict[str, Any]:
+    """What ``summary.json`` holds: evaluation returns, and the verdict when there is one."""
+    tested = summary.verdict.to_json() if summary.verdict is not None else {}
+    return {
+        "generations": summary.generations,
+        "env_steps": summary.env_steps,
+        "env_steps_per_seed": [int(x) for x in host.env_steps],
+        "wall_s": summary.wall_s,
+        "final_eval_return": summary.final_eval_return,
+        "final_eval_return_per_seed": [float(x) for x in final["eval_return"]],
+        "best_eval_return": summary.best_eval_return,
+        "best_eval_return_per_seed": host.meta()["best_eval"],
+        "solved_threshold": summary.solved_threshold,
+        "solved": None,
+        **tested,
+    }
 
 
 # ---------------------------------------------------------------------------- bookkeeping

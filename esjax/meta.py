@@ -2,7 +2,7 @@
 
 A normalised score puts a policy's mean test return on the scale ``0 = zero action,
 1 = a reference``: ``(R - R_zero) / (R_ref - R_zero)``, per split, with the means taken over
-the same held-out test episodes (the ``test`` key root of :func:`esjax.evolve.evaluate_run`).
+the same held-out test episodes (the ``test`` key root of :func:`esjax.saved.evaluate_run`).
 Two references: the *analytic* controller of :mod:`esjax.baselines` (derived from the physics,
 told the true env parameters; the headline where one exists) and the *oracle*, an MLP evolved
 with the true env parameters as input, which is only as good as its training and extrapolation.
@@ -38,13 +38,12 @@ def normalised(value: float, zero: float, oracle: float) -> float:
 
 
 def _test_rollout(run_dir: str | Path, split: str | None, lesion: bool):
-    from esjax.evolve import make_test_rollout
     from esjax.policies import memory_lesion
+    from esjax.saved import make_test_rollout
 
     config, rollout = make_test_rollout(run_dir, split)
-    if lesion:
-        # Swapped before the first call, so the jitted rollouts trace the lesioned policy.
-        rollout.policy = memory_lesion(rollout.policy)
+    if lesion:  # a rollout of its own: the shared test rollout keeps the trained policy
+        rollout = rollout.replace(policy=memory_lesion(rollout.policy))
     return config, rollout
 
 
@@ -59,16 +58,16 @@ def evaluate_policy(
     zero: bool = False,
     _rollout: Any = None,
 ) -> np.ndarray:
-    """Test returns of a run's policy, like :func:`esjax.evolve.evaluate_run`, with two variants.
+    """Test returns of a run's policy, like :func:`esjax.saved.evaluate_run`, with two variants.
 
     ``lesion``: the recurrent policy's state is reset before every step (:func:`memory_lesion`).
     ``zero``: every weight set to zero, so the action is zero (zero torque) whatever the input:
     the normalised score's floor, on exactly the episodes the policy is tested on.
     """
-    from esjax.evolve import saved_policy_returns
+    from esjax.saved import SavedPolicy
 
     built = _rollout or _test_rollout(run_dir, split, lesion)
-    return saved_policy_returns(run_dir, episodes, seed, which, built, zero=zero)
+    return SavedPolicy.load(run_dir, which, seed, built=built).test_returns(episodes, zero=zero)
 
 
 def run_seeds(run_dir: str | Path) -> int:
@@ -224,20 +223,21 @@ def grid_returns(
 ) -> np.ndarray:
     """Test returns on every grid cell, shape ``(rows, columns, episodes)``; one compile.
 
-    Each cell runs the same test episodes as :func:`esjax.evolve.evaluate_run` (same key
+    Each cell runs the same test episodes as :func:`esjax.saved.evaluate_run` (same key
     root, so the same start states) with the env parameters pinned to the cell's values.
     The cells are a batch axis of one jitted program, not a Python loop of rollouts.
     """
     import jax
     import jax.numpy as jnp
 
-    from esjax.evolve import make_test_rollout, saved_policy_inputs
+    from esjax.saved import SavedPolicy, make_test_rollout
     from esjax.tasks import check_param_names
 
     names = list(axes)
     config, rollout = _built or make_test_rollout(run_dir)
     check_param_names(names, rollout.env_params, "--grid")
-    key, params, obs_stats = saved_policy_inputs(run_dir, seed, which, (config, rollout))
+    saved = SavedPolicy.load(run_dir, which, seed, built=(config, rollout))
+    key, params, obs_stats = saved.test_inputs()
     dtypes = [jnp.result_type(getattr(rollout.env_params, n)) for n in names]
     for name, dtype in zip(names, dtypes, strict=True):
         if not jnp.issubdtype(dtype, jnp.floating):
@@ -247,8 +247,8 @@ def grid_returns(
 
     # The rollout draws env params per episode through its sampler; here the cell's values,
     # which are traced, are pinned over what the training sampler draws (parameters off the
-    # grid vary as in training), so one compiled program covers every cell. The rollout is
-    # private to this call, so its jitted functions are traced only in here.
+    # grid vary as in training), so one compiled program covers every cell. Each trace builds
+    # a rollout of its own around the traced values; the shared test rollout is not touched.
     trained = rollout.env_params_sampler
 
     def cell_returns(values, key, params, obs_stats):
@@ -258,8 +258,8 @@ def grid_returns(
             drawn = default if trained is None else trained(key, default)
             return drawn.replace(**cell)
 
-        rollout.env_params_sampler = sample  # read while this call is traced
-        return rollout.population(key, params, episodes, obs_stats).returns[0]
+        pinned = rollout.replace(env_params_sampler=sample, early_exit=rollout.early_exit)
+        return pinned.population(key, params, episodes, obs_stats).returns[0]
 
     batched = jax.jit(jax.vmap(cell_returns, in_axes=(0, None, None, None)))
     returns = np.asarray(batched(cells, key, params, obs_stats))
@@ -275,7 +275,7 @@ def evaluate_grid(
 ) -> dict[str, Any]:
     """Mean and std of the test return per cell, and which cells the training sampler covers."""
     from esjax.config import parse_task
-    from esjax.evolve import make_test_rollout
+    from esjax.saved import make_test_rollout
     from esjax.tasks import check_param_names
 
     if not isinstance(episodes, int) or episodes <= 0:

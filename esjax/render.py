@@ -10,6 +10,7 @@ Drawing is plain matplotlib (no pyplot state); GIFs are written by matplotlib's 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -201,7 +202,7 @@ def _observation_image(env_id: str) -> Callable[[Any, Any], Update]:
     """MinAtar games, Catch and DeepSea: the env's own observation grid, drawn from the state."""
 
     def build(ax: Any, params: Any) -> Update:
-        from esjax.rollout import import_gymnax
+        from esjax.envs import import_gymnax
 
         gymnax = import_gymnax()
 
@@ -232,7 +233,7 @@ def _maze(env_id: str) -> Callable[[Any, Any], Update]:
     """FourRooms and MetaMaze: walls from the env's map, the goal and the agent on it."""
 
     def build(ax: Any, params: Any) -> Update:
-        from esjax.rollout import import_gymnax
+        from esjax.envs import import_gymnax
 
         gymnax = import_gymnax()
 
@@ -423,21 +424,27 @@ def save_gif(
 
 # ---------------------------------------------------------------------------- a run's policy
 def play_episode(controller: Any, env: Any, env_params: Any, key: Any, steps: int):
-    """``(states, cumulative returns)`` of one episode of ``controller`` (a host-side loop)."""
+    """``(states, cumulative returns)`` of one episode of ``controller`` (a host-side loop).
+
+    The episode the population rollout plays for ``key`` on ``env_params``: the same reset
+    key, step keys and end (termination, truncation or the episode length), through
+    :func:`esjax.envs.env_step` and the controller's :class:`esjax.episode.EpisodeStep`.
+    """
     import jax
 
-    reset = jax.jit(env.reset)
-    step_fn = getattr(env, "step_env", env.step)  # no auto-reset: stop at termination
-    step = jax.jit(step_fn)
-    key, k_reset = jax.random.split(key)
-    obs, state = reset(k_reset, env_params)
-    controller.reset()
+    from esjax.envs import env_step
+    from esjax.episode import episode_keys, split_step_key
+
+    _, k_reset, _ = episode_keys(key)
+    obs, state = jax.jit(env.reset)(k_reset, env_params)
+    step = jax.jit(functools.partial(env_step, env))
+    controller.reset(key, env_params=env_params)
     states, returns, total, reward = [state], [0.0], 0.0, 0.0
-    for _ in range(steps):
-        key, k_step = jax.random.split(key)
+    for t in range(steps):
+        _, k_env = split_step_key(controller.step_key(t))
         action = controller.act(np.asarray(obs), reward=reward)  # the reward the last action earned
-        obs, state, reward, done, _ = step(k_step, state, np.asarray(action), env_params)
-        reward = float(reward)
+        obs, state, reward, done = step(k_env, state, action, env_params)
+        reward = float(np.float32(reward))
         total += reward
         states.append(state)
         returns.append(total)
@@ -465,22 +472,25 @@ def render_run(
     """
     import jax
 
-    from esjax.config import parse_override, parse_task
-    from esjax.rollout import make_env
-    from esjax.runs import CONFIG, load_policy, read_run_config
+    from esjax.config import parse_override
+    from esjax.envs import make_env
+    from esjax.episode import episode_keys
+    from esjax.saved import SavedPolicy
     from esjax.tasks import check_param_names, fixed_env_params, split_sampler
 
-    task = parse_task(read_run_config(run_dir)["task"], f"{run_dir}/{CONFIG}")
+    saved = SavedPolicy.load(run_dir, which=which)
+    task = saved.task
     if task.env not in SCENES:
         raise ConfigError(
             f"render: no renderer for env {task.env!r}; esjax draws {', '.join(sorted(SCENES))}"
         )
     env, default_params = make_env(task.env)
     params = fixed_env_params(task, default_params)
-    key_variant, key_episode = jax.random.split(jax.random.key(seed))
+    # The rollout's own layout: the episode key's first part draws the variant.
+    key = jax.random.key(seed)
     sampler = split_sampler(task, split)
     if sampler is not None:
-        params = sampler(key_variant, params)
+        params = sampler(episode_keys(key)[0], params)
     pinned = {}
     for text in env_params:
         path, value = parse_override(text)
@@ -490,9 +500,9 @@ def render_run(
     check_param_names(list(pinned), params, "--param")
     if pinned:
         params = params.replace(**pinned)
-    controller = load_policy(run_dir, which=which)
-    length = steps or task.episode_length or int(params.max_steps_in_episode)
-    states, returns = play_episode(controller, env, params, key_episode, length)
+    controller = saved.controller(env_params=params)
+    length = steps or saved.rollout.episode_length
+    states, returns = play_episode(controller, env, params, key, length)
     stride = max(1, math.ceil(len(states) / max_frames))
     picked = list(range(0, len(states), stride))
     if picked[-1] != len(states) - 1:

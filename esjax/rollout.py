@@ -15,10 +15,7 @@ members, and only one return per member crosses devices.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-import types
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +26,8 @@ from flax import struct
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from esjax.config import ConfigError, suggest
+from esjax.envs import env_step, make_env
+from esjax.episode import EpisodeStep, episode_keys, split_step_key, step_keys
 from esjax.fitness import member_returns
 from esjax.noise import LazyPopulation
 from esjax.policies import Policy, PolicySpec
@@ -97,84 +95,6 @@ class Trajectory:
     valid: jax.Array
 
 
-def _uses_base_step(env: Any) -> bool:
-    """True when ``env.step`` is gymnax's own, so ``step_env`` can be called directly.
-
-    gymnax's ``step`` computes a full reset at every step for auto-reset; a rollout that
-    stops at the first termination never needs it. Wrappers and foreign envs go through
-    their own ``step``.
-    """
-    import_gymnax()
-    from gymnax.environments.environment import Environment
-
-    return isinstance(env, Environment) and type(env).step is Environment.step
-
-
-class _DeferredModule(types.ModuleType):
-    """A stand-in that imports the real module on its first attribute access."""
-
-    def __getattr__(self, name: str) -> Any:
-        # Importers that bound the stand-in keep it, so every access after the first finds the
-        # real module already in ``sys.modules`` and must not import (or drop) it again.
-        real = sys.modules.get(self.__name__)
-        if real is None or real is self:
-            sys.modules.pop(self.__name__, None)
-            real = importlib.import_module(self.__name__)
-        return getattr(real, name)
-
-
-# Modules gymnax's env files import for drawing only: seaborn (with scipy.stats and pandas) in
-# Pong, matplotlib.pyplot (with its backends and figure machinery) in Catch, Rooms, Pong, ...
-DRAWING_ONLY_MODULES = ("seaborn", "matplotlib.pyplot")
-
-
-def import_gymnax() -> Any:
-    """gymnax, with the modules its envs use only for drawing imported when something reads them.
-
-    Importing gymnax imports every env module, and several import seaborn or pyplot at the top:
-    over a second of every command's start-up here, for libraries no rollout calls. A stand-in
-    takes each one's place in ``sys.modules`` while gymnax loads and brings in the real module
-    the first time anything reads from it.
-    """
-    if "gymnax" not in sys.modules:
-        for name in DRAWING_ONLY_MODULES:
-            _defer(name)
-    import gymnax
-
-    return gymnax
-
-
-def _defer(name: str) -> None:
-    """Put a :class:`_DeferredModule` for ``name`` in ``sys.modules`` unless it is loaded."""
-    if name in sys.modules:
-        return
-    parent_name, _, child = name.rpartition(".")
-    try:
-        spec = importlib.util.find_spec(name)  # imports the parent package, if any
-    except (ImportError, ValueError):
-        return
-    if spec is None:
-        return
-    stand_in = _DeferredModule(name)
-    stand_in.__spec__ = spec
-    sys.modules[name] = stand_in
-    if parent_name:  # ``import matplotlib.pyplot`` then ``matplotlib.pyplot.X`` must work too
-        setattr(sys.modules[parent_name], child, stand_in)
-
-
-def make_env(env: str | Any, env_kwargs: dict | None = None) -> tuple[Any, Any]:
-    """An env object and its default params from a gymnax id, or an env object as given."""
-    if isinstance(env, str):
-        gymnax = import_gymnax()
-
-        if env not in gymnax.registered_envs:
-            raise ConfigError(
-                f"gymnax does not know env id {env!r}{suggest(env, gymnax.registered_envs)}"
-            )
-        return gymnax.make(env, **(env_kwargs or {}))
-    return env, env.default_params
-
-
 def _tree_select(keep_new: jax.Array, new: PyTree, old: PyTree) -> PyTree:
     return jax.tree.map(lambda a, b: jnp.where(keep_new, a, b), new, old)
 
@@ -225,6 +145,13 @@ class PopulationRollout:
         early_exit: bool | None = None,
     ):
         self.env, default_params = make_env(env, env_kwargs)
+        # What built this rollout, for replace(): the env object (already made) and the policy.
+        self._built_from = dict(
+            env=self.env, policy=policy, episode_length=episode_length, env_params=env_params,
+            env_params_sampler=env_params_sampler, common_env_keys=common_env_keys,
+            deterministic=deterministic, chunk_size=chunk_size, devices=devices,
+            param_inputs=param_inputs, frame_stack=frame_stack, early_exit=early_exit,
+        )  # fmt: skip
         self.env_params = default_params if env_params is None else env_params
         self.env_params_sampler = env_params_sampler
         self.common_env_keys = common_env_keys
@@ -266,7 +193,7 @@ class PopulationRollout:
                 obs_shape=self.obs_shape,
                 frame_stack=self.frame_stack,
             )
-        self._fast_step = _uses_base_step(self.env)
+        self.episode = EpisodeStep(self.policy, self.obs_size, self.frame_stack, self.param_inputs)
 
         self._single = jax.jit(self._single_impl, static_argnames=("trajectory",))
         self._batch = jax.jit(self._batch_impl, static_argnames=("num_rollouts", "trajectory"))
@@ -278,6 +205,18 @@ class PopulationRollout:
         )
 
     # ------------------------------------------------------------------ public API
+    def replace(self, **changes: Any) -> PopulationRollout:
+        """A new rollout like this one with some constructor arguments changed.
+
+        A rollout's jitted functions trace what it holds, so a variant (a lesioned policy, a
+        sampler that pins a grid cell) is a new rollout rather than an edited one.
+        ``policy`` may be a built :class:`Policy`.
+        """
+        unknown = sorted(set(changes) - set(self._built_from))
+        if unknown:
+            raise TypeError(f"PopulationRollout has no argument {unknown[0]!r}")
+        return PopulationRollout(**{**self._built_from, **changes})
+
     def init_params(self, key: jax.Array) -> PyTree:
         """One member's parameter pytree."""
         return self.policy.init(key)
@@ -416,45 +355,21 @@ class PopulationRollout:
             return ObsStats(jnp.zeros(self.obs_size), jnp.ones(self.obs_size))
         return obs_stats
 
-    def _env_step(self, key, state, action, env_params):
-        if self._fast_step:
-            # The key gymnax's own step would hand to step_env, so stochastic envs see the
-            # same noise as in a plain loop over env.step.
-            key_step, _ = jax.random.split(key)
-            obs, state, reward, terminated, _ = self.env.step_env(
-                key_step, state, action, env_params
-            )
-            truncated = self.env.is_truncated(state, env_params)
-        else:
-            obs, state, reward, terminated, truncated, _ = self.env.step(
-                key, state, action, env_params
-            )
-        return obs, state, reward, jnp.logical_or(terminated, truncated)
-
     def _single_impl(self, key, params, obs_stats, trajectory=False, bounds=None):
-        policy = self.policy
-        k_params, k_reset, k_episode = jax.random.split(key, 3)
+        episode, policy = self.episode, self.policy
+        k_params, k_reset, k_episode = episode_keys(key)
         env_params = self.sample_env_params(k_params, bounds)
         obs, env_state = self.env.reset(k_reset, env_params)
         obs = jnp.asarray(obs, jnp.float32).reshape(-1)
         zero = jnp.zeros((), jnp.float32)
-        known_params = jnp.asarray(
-            [getattr(env_params, name) for name in self.param_inputs], jnp.float32
-        ).reshape(-1)
-        stack_size = self.obs_size * (self.frame_stack - 1)
+        known_params = episode.known_params(env_params)
 
         def step(carry, step_key):
-            (obs, env_state, pcarry, prev_action, prev_reward, prev_done, alive, ret, length,
-             obs_sum, obs_sq_sum, frames) = carry  # fmt: skip
-            k_act, k_env = jax.random.split(step_key)
-            normed = (obs - obs_stats.mean) / obs_stats.std
-            # Oldest frame first; the newest (this step's) observation is always last.
-            features = jnp.concatenate([frames, normed, known_params])
-            frames = jnp.concatenate([frames, normed])[self.obs_size :]
-            x = policy.policy_input(features, prev_action, prev_reward, prev_done)
-            action, new_pcarry = policy.apply(params, x, pcarry, k_act)
-            next_obs, next_state, reward, done = self._env_step(
-                k_env, env_state, action, env_params
+            obs, env_state, pstate, alive, ret, length, obs_sum, obs_sq_sum = carry
+            k_act, k_env = split_step_key(step_key)
+            action, pstate = episode.act(params, obs_stats, pstate, obs, known_params, k_act)
+            next_obs, next_state, reward, done = env_step(
+                self.env, k_env, env_state, action, env_params
             )
             next_obs = jnp.asarray(next_obs, jnp.float32).reshape(-1)
             reward = jnp.asarray(reward, jnp.float32).reshape(())
@@ -470,22 +385,20 @@ class PopulationRollout:
             keep = jnp.logical_and(alive, ~done)
             next_state = _tree_select(keep, next_state, env_state)
             next_obs = jnp.where(keep, next_obs, obs)
-            new_pcarry = _tree_select(keep, new_pcarry, policy.initial_carry())
-            new_carry = (next_obs, next_state, new_pcarry, action, reward,
-                         done.astype(jnp.float32), keep, ret, length, obs_sum, obs_sq_sum,
-                         frames)  # fmt: skip
+            pstate = pstate.replace(carry=_tree_select(keep, pstate.carry, policy.initial_carry()))
+            pstate = episode.observe(pstate, action, reward, done.astype(jnp.float32))
+            new_carry = (next_obs, next_state, pstate, keep, ret, length, obs_sum, obs_sq_sum)
             out = Trajectory(obs, action, reward, ended | ~alive, alive) if trajectory else None
             return new_carry, out
 
-        init = (obs, env_state, policy.initial_carry(), policy.head.zero_action(), zero, zero,
-                jnp.array(True), zero, jnp.zeros((), jnp.int32), jnp.zeros_like(obs),
-                jnp.zeros_like(obs), jnp.zeros((stack_size,), jnp.float32))  # fmt: skip
-        step_keys = jax.random.split(k_episode, self.episode_length)
+        init = (obs, env_state, episode.start(), jnp.array(True), zero,
+                jnp.zeros((), jnp.int32), jnp.zeros_like(obs), jnp.zeros_like(obs))  # fmt: skip
+        keys = step_keys(k_episode, self.episode_length)
         if trajectory or not self.early_exit:
-            final, traj = jax.lax.scan(step, init, step_keys)
+            final, traj = jax.lax.scan(step, init, keys)
         else:
-            final, traj = _scan_while_alive(step, init, step_keys, lambda carry: carry[6]), None
-        ret, length, obs_sum, obs_sq_sum = final[7:11]
+            final, traj = _scan_while_alive(step, init, keys, lambda carry: carry[3]), None
+        ret, length, obs_sum, obs_sq_sum = final[4:8]
         return RolloutResult(ret, length, obs_sum, obs_sq_sum, traj)
 
     def _batch_impl(self, key, params, obs_stats, num_rollouts, trajectory=False):

@@ -16,8 +16,8 @@ their payload so a torn or edited file is refused rather than half-loaded. Every
 written to a temporary name, fsynced and renamed, so a crash leaves the old version or the new
 one, never a mix, and a reader of a live run sees whole files (``metrics.jsonl`` is appended
 whole lines at a time; a torn last line is skipped). Only the names above are ever read: a
-pickle left in a run directory is reported and ignored. This module uses NumPy only; JAX is
-imported when a policy is loaded.
+pickle left in a run directory is reported and ignored. This module uses NumPy only: playing
+and testing a saved policy is :mod:`esjax.saved`'s job.
 """
 
 from __future__ import annotations
@@ -315,86 +315,3 @@ def read_policy(
     if "obs_mean" in arrays:
         stats = (arrays["obs_mean"][seed], arrays["obs_std"][seed])
     return meta, arrays["params"][seed], stats
-
-
-class Controller:
-    """A trained policy for a plain Python control loop: NumPy observation in, action out.
-
-    ``reset()`` at the start of every episode, then ``act(observation)`` once per step. A policy
-    that sees the previous reward (meta-RL inputs) takes it as ``act(observation, reward=r)``,
-    ``r`` being the reward the previous action earned. The step is compiled once on first use.
-    """
-
-    def __init__(self, task: Any, params: Any, obs_stats: Any, rollout: Any):
-        import jax
-        import jax.numpy as jnp
-
-        self.task = task
-        self.params = params
-        self.obs_stats = obs_stats
-        self._rollout = rollout
-        policy = rollout.policy
-        obs_size = rollout.obs_size
-        stats = obs_stats
-        if stats is None:
-            stats = (jnp.zeros(obs_size), jnp.ones(obs_size))
-        else:
-            stats = (jnp.asarray(stats.mean), jnp.asarray(stats.std))
-        known = jnp.asarray(
-            [getattr(rollout.env_params, name) for name in rollout.param_inputs], jnp.float32
-        ).reshape(-1)
-
-        def step(params, carry, obs, reward):
-            pcarry, prev_action, prev_reward, prev_done, frames = carry
-            del prev_reward
-            normed = (jnp.asarray(obs, jnp.float32).reshape(-1) - stats[0]) / stats[1]
-            features = jnp.concatenate([frames, normed, known])
-            frames = jnp.concatenate([frames, normed])[obs_size:]
-            x = policy.policy_input(features, prev_action, reward, prev_done)
-            action, pcarry = policy.apply(params, x, pcarry, jax.random.key(0))
-            return action, (pcarry, action, reward, prev_done, frames)
-
-        def initial():
-            stack = obs_size * (rollout.frame_stack - 1)
-            zero = jnp.zeros((), jnp.float32)
-            return (policy.initial_carry(), policy.head.zero_action(), zero, zero,
-                    jnp.zeros((stack,), jnp.float32))  # fmt: skip
-
-        self._step = jax.jit(step)
-        self._initial = initial
-        self._carry = initial()
-
-    def reset(self) -> None:
-        """Forget the previous episode (recurrent state, stacked frames, previous action)."""
-        self._carry = self._initial()
-
-    def act(self, observation: Any, reward: float = 0.0) -> np.ndarray:
-        action, self._carry = self._step(
-            self.params, self._carry, np.asarray(observation, np.float32), np.float32(reward)
-        )
-        return np.asarray(action)
-
-
-def load_policy(run_dir: str | Path, which: str = "final", seed: int = 0) -> Controller:
-    """The final (search mean) or best evaluated policy of seed index ``seed`` of a run."""
-    from esjax.config import parse_task
-    from esjax.rollout import ObsStats
-    from esjax.tasks import make_rollout
-
-    config = read_run_config(run_dir)
-    task = parse_task(config["task"], f"{run_dir}/{CONFIG}")
-    _, flat, stats = read_policy(run_dir, which, seed)
-    rollout = make_rollout(task, source=f"{run_dir}/{CONFIG}")
-    import jax
-
-    from esjax.engine import flat_template
-
-    template, unravel = flat_template(rollout, jax.random.key(0))
-    if flat.shape != template.shape:
-        raise ConfigError(
-            f"{run_dir}: saved policy has {flat.size} parameters, the task's policy needs "
-            f"{template.size}"
-        )
-    params = unravel(jax.numpy.asarray(flat))
-    obs_stats = ObsStats(*(jax.numpy.asarray(s) for s in stats)) if stats is not None else None
-    return Controller(task, params, obs_stats, rollout)

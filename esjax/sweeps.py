@@ -477,44 +477,37 @@ def steps_to_threshold(rows: Sequence[dict[str, Any]], threshold: float | None) 
 
 
 def summarize(sweep_dir: Path, grid: Sequence[Configuration], spec: dict[str, Any]) -> dict:
-    """Test every configuration's final and best policy per seed on fresh episodes."""
-    from esjax.evolve import evaluate_run, make_test_rollout
+    """Every configuration's final and best test return per seed, and its verdict per seed.
 
-    episodes = int(spec.get("test_episodes") or 128)
-    built_by_task: dict[str, tuple] = {}
+    The verdict is each run's own (``summary.json``, :func:`esjax.saved.verdict`); the test
+    returns are read from it too unless the sweep asked for another number of test episodes.
+    """
+    from esjax.saved import TEST_EPISODES, read_verdict
+
+    episodes = int(spec.get("test_episodes") or TEST_EPISODES)
     results = []
     for configuration in grid:
         run_dir = sweep_dir / configuration.name
         config = runs.read_run_config(run_dir)
-        # Configurations that differ only in strategy settings share one test rollout (and
-        # one compile); the key comes from this run's own config.
-        task_key = json.dumps(config["task"], sort_keys=True)
-        if task_key not in built_by_task:
-            built_by_task[task_key] = make_test_rollout(run_dir)
-        built = (config, built_by_task[task_key][1])
+        judged = read_verdict(json.loads((run_dir / runs.SUMMARY).read_text()))
         entry: dict[str, Any] = {
             "name": configuration.name,
             "overrides": list(configuration.overrides),
             "values": configuration.values,
             "run_dir": configuration.name,
         }
-        for which in ("final", "best"):
-            per_seed = [
-                evaluate_run(run_dir, episodes, seed=s, which=which, built=built)["mean"]
-                for s in range(int(config["seeds"]))
-            ]
+        for which, per_seed in _test_returns(run_dir, config, episodes, judged).items():
             entry[f"{which}_test_return"] = {"per_seed": per_seed, **interval(per_seed)}
         threshold = config["task"].get("solved_return")
-        steps = steps_to_threshold(runs.load_metrics(run_dir), threshold)
         entry["solved_return"] = threshold
-        entry["env_steps_to_solved"] = {
+        per_seed_verdicts = None if judged is None else judged.solved_per_seed
+        entry["solved_per_seed"] = None if per_seed_verdicts is None else list(per_seed_verdicts)
+        entry["solved_seeds"] = None if per_seed_verdicts is None else sum(per_seed_verdicts)
+        steps = steps_to_threshold(runs.load_metrics(run_dir), threshold)
+        reached = [s for s in steps if s is not None]
+        entry["env_steps_to_threshold"] = {
             "per_seed": steps,
-            "solved_seeds": sum(s is not None for s in steps),
-            "mean_over_solved": (
-                float(np.mean([s for s in steps if s is not None]))
-                if any(s is not None for s in steps)
-                else None
-            ),
+            "mean_over_reached": float(np.mean(reached)) if reached else None,
         }
         results.append(entry)
     return {
@@ -523,6 +516,22 @@ def summarize(sweep_dir: Path, grid: Sequence[Configuration], spec: dict[str, An
         "test_episodes": episodes,
         "configurations": results,
         "figure": FIGURE,
+    }
+
+
+def _test_returns(run_dir: Path, config: dict, episodes: int, judged: Any) -> dict[str, list]:
+    """Per-seed mean test return of the final and best policy (the verdict's when it fits)."""
+    from esjax.saved import TEST_EPISODES, evaluate_run, make_test_rollout
+
+    if judged is not None and episodes == TEST_EPISODES:
+        return {"final": list(judged.final_per_seed), "best": list(judged.best_per_seed)}
+    built = make_test_rollout(run_dir)  # shared by configurations of the same task
+    return {
+        which: [
+            evaluate_run(run_dir, episodes, seed=s, which=which, built=built)["mean"]
+            for s in range(int(config["seeds"]))
+        ]
+        for which in ("final", "best")
     }
 
 

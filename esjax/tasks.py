@@ -181,7 +181,7 @@ def check_task(config: TaskConfig, source: str = "task") -> None:
     (``max_torque``, ``max_speed``) given to a discrete-action task (CartPole, Acrobot) is an
     error that says the env's actions are discrete.
     """
-    from esjax.rollout import make_env
+    from esjax.envs import make_env
 
     try:
         env, default_params = make_env(config.env)

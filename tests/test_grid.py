@@ -54,7 +54,8 @@ def reference_returns(run_dir, m: float, l: float, episodes: int) -> np.ndarray:
     import gymnax
 
     from esjax.engine import seed_keys
-    from esjax.runs import load_policy, read_run_config
+    from esjax.runs import read_run_config
+    from esjax.saved import load_policy
 
     config = read_run_config(run_dir)
     length = config["task"]["episode_length"]
@@ -201,7 +202,7 @@ def test_grid_axis_spec_is_log_spaced():
 
 
 def test_preset_grids_name_env_parameters():
-    from esjax.rollout import make_env
+    from esjax.envs import make_env
     from esjax.tasks import check_param_names
 
     for name in ("pendulum-meta", "pendulum-cadm", "pendulum-sign", "acrobot-meta"):

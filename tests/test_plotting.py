@@ -103,7 +103,7 @@ def test_plot_rejects_unknown_x(tmp_path):
 
 # ---------------------------------------------------------------------------- render
 def pendulum(length: float, mass: float = 1.0):
-    from esjax.rollout import make_env
+    from esjax.envs import make_env
 
     env, params = make_env("Pendulum-v1")
     import jax
@@ -139,7 +139,7 @@ def test_pendulum_geometry_follows_params():
 def test_acrobot_links_take_their_lengths_from_params():
     import jax
 
-    from esjax.rollout import make_env
+    from esjax.envs import make_env
 
     env, params = make_env("Acrobot-v1")
     _, state = env.reset(jax.random.key(0), params)
@@ -152,7 +152,7 @@ def test_acrobot_links_take_their_lengths_from_params():
 def test_every_scene_draws_a_reset_state(env_id):
     import jax
 
-    from esjax.rollout import make_env
+    from esjax.envs import make_env
 
     env, params = make_env(env_id)
     _, state = env.reset(jax.random.key(0), params)

@@ -21,7 +21,7 @@ def test_required_presets_are_shipped():
 
 @pytest.mark.parametrize("name", presets.names("task"))
 def test_every_task_preset_loads_and_names_real_env_params(name):
-    from esjax.rollout import make_env
+    from esjax.envs import make_env
     from esjax.tasks import check_param_names, fixed_env_params
 
     task = load(name)

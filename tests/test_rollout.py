@@ -724,7 +724,7 @@ def test_chunks_shrink_with_the_runs_a_vmap_steps_together():
 def _runs_fresh(*lines: str) -> None:
     """Run ``lines`` in a fresh interpreter (imports are per process) and expect 'ok'."""
     script = "\n".join(
-        ["import sys", "from esjax.rollout import import_gymnax", *lines, "print('ok')"]
+        ["import sys", "from esjax.envs import import_gymnax", *lines, "print('ok')"]
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]

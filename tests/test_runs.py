@@ -11,8 +11,9 @@ import pytest
 
 from esjax import runs
 from esjax.config import ConfigError
-from esjax.evolve import Interrupted, RunSummary, evaluate_run, evolve
-from esjax.runs import load_metrics, load_policy, read_run_config
+from esjax.evolve import Interrupted, RunSummary, evolve
+from esjax.runs import load_metrics, read_run_config
+from esjax.saved import evaluate_run, load_policy
 
 # The module-scoped fixture is built once: every test here runs on one xdist worker.
 pytestmark = pytest.mark.xdist_group("runs")

@@ -83,7 +83,7 @@ def test_each_configuration_equals_the_same_run_alone(finished, alone):
 
 
 def test_sweep_json_holds_test_returns_intervals_and_steps(finished):
-    from esjax.evolve import evaluate_run
+    from esjax.saved import evaluate_run
 
     out, record = finished
     assert json.loads((out / "sweep.json").read_text()) == json.loads(json.dumps(record))
@@ -98,7 +98,8 @@ def test_sweep_json_holds_test_returns_intervals_and_steps(finished):
         mean, sd = (a + b) / 2, abs(a - b) / math.sqrt(2)
         assert stats["mean"] == pytest.approx(mean)
         assert stats["high"] == pytest.approx(mean + 12.706 * sd / math.sqrt(2))
-    assert len(entry["env_steps_to_solved"]["per_seed"]) == 2
+    assert len(entry["env_steps_to_threshold"]["per_seed"]) == 2
+    assert len(entry["solved_per_seed"]) == 2
 
 
 def test_interrupted_sweep_resumes_to_the_same_results(finished, tmp_path):

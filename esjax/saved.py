@@ -1,0 +1,334 @@
+"""A run's saved policies: loaded once, controlled step by step, tested, and judged.
+
+Everything that reads a run's ``final`` or ``best`` policy goes through here:
+
+- :func:`make_test_rollout` builds the deterministic rollout of the run's task (and split) once,
+  so many policies and seeds are tested with one compile;
+- :class:`SavedPolicy` holds one seed's parameters and observation statistics;
+  :meth:`SavedPolicy.controller` plays it step by step for given env parameters (what
+  ``esjax.load_policy`` and ``esjax render`` use), :meth:`SavedPolicy.test_returns` tests it;
+- :func:`verdict` is the one meaning of *solved*: the final policy's mean return on fresh test
+  episodes reaches the task's ``solved_return``. ``summary.json``, the CLI and sweeps all use
+  it; the best policy is reported beside it, never as the verdict.
+
+The test episodes come from the run's ``test`` key root (:func:`esjax.engine.seed_keys`),
+disjoint from training and from the evaluations that chose the best policy.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from esjax import runs
+from esjax.config import ConfigError, TaskConfig, parse_task
+from esjax.engine import flat_template, seed_keys
+from esjax.episode import EpisodeStep, episode_keys, split_step_key, step_keys
+from esjax.rollout import ObsStats
+from esjax.tasks import make_rollout
+
+# Fresh test episodes per seed behind the verdict and ``esjax eval``'s default.
+TEST_EPISODES = 128
+
+
+# ---------------------------------------------------------------------------- a rollout for tests
+def make_test_rollout(run_dir: str | Path, split: str | None = None) -> tuple[dict, Any]:
+    """``(config, rollout)``: the run's config and a rollout of its task (and split) for testing.
+
+    Rollouts are shared between runs of the same task in one process (a sweep's
+    configurations, the seeds of a run), so each compiles once.
+    """
+    config = runs.read_run_config(run_dir)
+    task_json = json.dumps(config["task"], sort_keys=True)
+    return config, _rollout_of(task_json, split, str(run_dir))
+
+
+@functools.lru_cache(maxsize=8)
+def _rollout_of(task_json: str, split: str | None, source: str) -> Any:
+    task = parse_task(json.loads(task_json), f"{source}/{runs.CONFIG}")
+    return make_rollout(task, split=split, source=source)
+
+
+@functools.lru_cache(maxsize=8)
+def _one_member_population(rollout: Any) -> Callable:
+    """Flat parameters -> a one-member population of ``rollout``'s policy, as one program.
+
+    Built once per rollout: a sweep tests every configuration's policies, seed by seed, through
+    the same rollout (run eagerly, every leaf's slice would be a program of its own).
+    """
+    _, unravel = flat_template(rollout, jax.random.key(0))
+    return jax.jit(lambda flat: jax.tree.map(lambda x: x[None], unravel(flat)))
+
+
+# ---------------------------------------------------------------------------- one saved policy
+@dataclass(frozen=True)
+class SavedPolicy:
+    """One seed's saved policy with the run's config and a rollout of its task."""
+
+    run_dir: Path
+    config: dict[str, Any]
+    task: TaskConfig
+    which: str
+    seed: int  # the seed's index within the run
+    flat: np.ndarray
+    obs_stats: ObsStats | None
+    rollout: Any
+
+    @classmethod
+    def load(
+        cls,
+        run_dir: str | Path,
+        which: str = "final",
+        seed: int = 0,
+        *,
+        built: tuple[dict, Any] | None = None,
+    ) -> SavedPolicy:
+        """Read ``which`` policy of seed index ``seed``; ``built``: a :func:`make_test_rollout`."""
+        config, rollout = built or make_test_rollout(run_dir)
+        task = parse_task(config["task"], f"{run_dir}/{runs.CONFIG}")
+        _, flat, stats = runs.read_policy(run_dir, which, seed)
+        template, _ = flat_template(rollout, jax.random.key(0))
+        if flat.shape != template.shape:
+            raise ConfigError(
+                f"{run_dir}: saved policy has {flat.size} parameters, the task's policy needs "
+                f"{template.size}"
+            )
+        obs_stats = ObsStats(*(jnp.asarray(s) for s in stats)) if stats is not None else None
+        return cls(Path(run_dir), config, task, which, seed, flat, obs_stats, rollout)
+
+    @property
+    def params(self) -> Any:
+        """The policy's parameter pytree."""
+        _, unravel = flat_template(self.rollout, jax.random.key(0))
+        return unravel(jnp.asarray(self.flat))
+
+    def controller(self, env_params: Any = None, key: jax.Array | None = None) -> Controller:
+        """A step-by-step controller for episodes on ``env_params`` (default: the task's)."""
+        rollout = self.rollout
+        return Controller(
+            rollout.episode,
+            self.params,
+            self.obs_stats,
+            rollout.env_params if env_params is None else env_params,
+            rollout.episode_length,
+            key=key,
+            task=self.task,
+        )
+
+    def test_inputs(self, *, zero: bool = False) -> tuple[jax.Array, Any, ObsStats | None]:
+        """``(test key, params as a one-member population, obs stats)`` for ``population``.
+
+        ``zero`` sets every weight to zero (the zero-action baseline on the same episodes).
+        Callers that batch the rollout themselves (``esjax eval --grid``) test on the same
+        episodes as :meth:`test_returns`.
+        """
+        flat = np.zeros_like(self.flat) if zero else self.flat
+        params = _one_member_population(self.rollout)(flat)
+        key = seed_keys(int(self.config["seed"]) + self.seed)["test"]
+        return key, params, self.obs_stats
+
+    def test_returns(self, episodes: int = TEST_EPISODES, *, zero: bool = False) -> np.ndarray:
+        """Per-episode returns on the run's fresh test episodes."""
+        if not isinstance(episodes, int) or episodes <= 0:
+            raise ConfigError(f"episodes must be a positive integer, got {episodes!r}")
+        key, params, obs_stats = self.test_inputs(zero=zero)
+        return np.asarray(self.rollout.population(key, params, episodes, obs_stats).returns[0])
+
+
+def load_policy(run_dir: str | Path, which: str = "final", seed: int = 0) -> Controller:
+    """The final (search mean) or best evaluated policy of seed index ``seed`` of a run."""
+    return SavedPolicy.load(run_dir, which, seed).controller()
+
+
+def evaluate_run(
+    run_dir: str | Path,
+    episodes: int = TEST_EPISODES,
+    split: str | None = None,
+    seed: int = 0,
+    which: str = "final",
+    built: tuple[dict, Any] | None = None,
+) -> dict[str, Any]:
+    """Test returns of a saved policy on held-out episodes.
+
+    Deterministic actions (unless the task samples them) and the policy's frozen
+    normalisation statistics; ``seed`` is the seed index within the run; ``split`` a task
+    split (default: the training distribution); ``built`` a :func:`make_test_rollout` to reuse.
+    """
+    if not isinstance(episodes, int) or episodes <= 0:
+        raise ConfigError(f"episodes must be a positive integer, got {episodes!r}")
+    built = built or make_test_rollout(run_dir, split)
+    returns = SavedPolicy.load(run_dir, which, seed, built=built).test_returns(episodes)
+    return {
+        "mean": float(np.mean(returns)),
+        "std": float(np.std(returns)),
+        "min": float(np.min(returns)),
+        "max": float(np.max(returns)),
+        "episodes": episodes,
+        "returns": [float(r) for r in returns],
+    }
+
+
+# ---------------------------------------------------------------------------- the verdict
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a run is solved, by the one definition (see the module docstring)."""
+
+    threshold: float | None
+    final_per_seed: tuple[float, ...]  # mean test return of each seed's final policy
+    best_per_seed: tuple[float, ...]  # reported beside the verdict, never part of it
+
+    @property
+    def final_return(self) -> float:
+        return float(np.mean(self.final_per_seed))
+
+    @property
+    def best_return(self) -> float:
+        return float(np.mean(self.best_per_seed))
+
+    @property
+    def solved(self) -> bool | None:
+        """The seeds' mean final test return reaches the threshold (None without one)."""
+        return None if self.threshold is None else solved(self.final_return, self.threshold)
+
+    @property
+    def solved_per_seed(self) -> tuple[bool, ...] | None:
+        if self.threshold is None:
+            return None
+        return tuple(solved(value, self.threshold) for value in self.final_per_seed)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "solved_threshold": self.threshold,
+            "solved": self.solved,
+            "solved_per_seed": None if self.solved_per_seed is None else list(self.solved_per_seed),
+            "test_episodes": TEST_EPISODES,
+            "final_test_return": self.final_return,
+            "final_test_return_per_seed": list(self.final_per_seed),
+            "best_test_return": self.best_return,
+            "best_test_return_per_seed": list(self.best_per_seed),
+        }
+
+
+def solved(test_return: float, threshold: float) -> bool:
+    """The one rule: a final policy's mean test return at or above the task's threshold."""
+    return bool(test_return >= threshold)
+
+
+def verdict(run_dir: str | Path, seeds: int, threshold: float | None) -> Verdict:
+    """Test every seed's final and best saved policy on fresh episodes and judge the run."""
+    built = make_test_rollout(run_dir)
+    tested = {
+        which: tuple(
+            float(np.mean(SavedPolicy.load(run_dir, which, s, built=built).test_returns()))
+            for s in range(seeds)
+        )
+        for which in ("final", "best")
+    }
+    return Verdict(threshold, tested["final"], tested["best"])
+
+
+def read_verdict(summary: dict[str, Any]) -> Verdict | None:
+    """The verdict a ``summary.json`` holds, or None when the run was not tested."""
+    if summary.get("final_test_return_per_seed") is None:
+        return None
+    return Verdict(
+        summary.get("solved_threshold"),
+        tuple(summary["final_test_return_per_seed"]),
+        tuple(summary["best_test_return_per_seed"]),
+    )
+
+
+# ---------------------------------------------------------------------------- control
+class Controller:
+    """A trained policy for a plain Python control loop: NumPy observation in, action out.
+
+    ``reset()`` at the start of every episode, then ``act(observation)`` once per step. A policy
+    that sees the previous reward (meta-RL inputs) takes it as ``act(observation, reward=r)``,
+    ``r`` being the reward the previous action earned. The step is
+    :class:`esjax.episode.EpisodeStep`'s, as in training: an oracle policy is told the
+    episode's own env parameters (``reset(env_params=...)``), and a policy that samples its
+    actions draws them from the episode's step keys. ``reset(key)`` with the key
+    :meth:`esjax.PopulationRollout.single` takes plays that episode's actions; without one each
+    episode draws a fresh key.
+    """
+
+    def __init__(
+        self,
+        episode: EpisodeStep,
+        params: Any,
+        obs_stats: ObsStats | None,
+        env_params: Any,
+        episode_length: int,
+        *,
+        key: jax.Array | None = None,
+        task: TaskConfig | None = None,
+    ):
+        self.task = task
+        self.params = params
+        self.obs_stats = obs_stats
+        self.episode = episode
+        self.episode_length = int(episode_length)
+        size = episode.obs_size
+        stats = obs_stats or ObsStats(jnp.zeros(size), jnp.ones(size))
+
+        def step(params, state, obs, reward, known, step_key):
+            state = state.replace(prev_reward=reward)
+            k_act, _ = split_step_key(step_key)
+            action, state = episode.act(params, stats, state, obs.reshape(-1), known, k_act)
+            return action, state.replace(prev_action=action)
+
+        self._step = jax.jit(step)
+        self._episode_step_keys = jax.jit(
+            lambda key: (episode_keys(key)[2], step_keys(episode_keys(key)[2], episode_length))
+        )
+        self._known = jax.jit(episode.known_params)
+        self._stream = jax.random.key(0) if key is None else key
+        self.env_params = env_params
+        self.reset(key)
+
+    def reset(self, key: jax.Array | None = None, env_params: Any = None) -> None:
+        """Start an episode: forget the recurrent state, stacked frames and previous action.
+
+        ``key``: the episode's key as the rollout takes it; ``env_params``: the episode's env
+        parameters, when they differ from the last episode's.
+        """
+        if key is None:
+            self._stream, key = jax.random.split(self._stream)
+        if env_params is not None:
+            self.env_params = env_params
+        self._known_params = self._known(self.env_params)
+        self._k_steps, self._keys = self._episode_step_keys(key)
+        self._t = 0
+        self._state = self.episode.start()
+
+    def step_key(self, t: int) -> jax.Array:
+        """The key of step ``t`` of the current episode, as the rollout splits it.
+
+        Its action half drives a sampling policy; its env half is for whoever steps the env
+        (``esjax render``), so a stochastic env replays the rollout's episode too.
+        """
+        if t < self.episode_length:
+            return self._keys[t]
+        return jax.random.fold_in(self._k_steps, t)  # past the rollout's episode length
+
+    def act(self, observation: Any, reward: float = 0.0) -> np.ndarray:
+        """The action for ``observation``; ``reward`` is what the previous action earned."""
+        step_key = self.step_key(self._t)
+        self._t += 1
+        action, self._state = self._step(
+            self.params,
+            self._state,
+            jnp.asarray(observation, jnp.float32),
+            jnp.float32(reward),
+            self._known_params,
+            step_key,
+        )
+        return np.asarray(action)
