@@ -232,6 +232,250 @@ def flat_template(
     return shape, found["unravel"]
 
 
+@dataclass(frozen=True)
+class StepConfig:
+    """What one generation is built from: rollouts, strategy and the loop's settings.
+
+    Static: it shapes the compiled program and never enters a trace as data. The functions
+    below take it first and are pure in everything else (the optax / brax-training style),
+    so each job of a generation has a name and a home of its own.
+    """
+
+    rollout: PopulationRollout
+    eval_rollout: PopulationRollout
+    strategy: Strategy
+    unravel: Callable[[jax.Array], PyTree]
+    mesh: Mesh
+    rollouts: int
+    block: int
+    eval_episodes: int
+    normalize_obs: bool
+    env_groups: int  # members in this many groups, each sharing its episodes
+    validate_top: int  # leading members re-tested before one is reported (1: none)
+    validate_episodes: int
+    worst_episodes: float  # a member's return: the mean of this fraction of its worst episodes
+    mirrored: bool  # members come in antithetic pairs
+
+    @classmethod
+    def build(
+        cls,
+        rollout: PopulationRollout,
+        eval_rollout: PopulationRollout,
+        strategy: Strategy,
+        unravel: Callable[[jax.Array], PyTree],
+        *,
+        rollouts: int,
+        block: int,
+        eval_episodes: int,
+        normalize_obs: bool,
+    ) -> StepConfig:
+        """The loop's settings read once from the strategy's settings (with their defaults)."""
+        settings = strategy.spec.settings
+        return cls(
+            rollout=rollout,
+            eval_rollout=eval_rollout,
+            strategy=strategy,
+            unravel=unravel,
+            mesh=Mesh(np.array(rollout.devices), ("population",)),
+            rollouts=int(rollouts),
+            block=int(block),
+            eval_episodes=int(eval_episodes),
+            normalize_obs=bool(normalize_obs),
+            env_groups=int(settings.get("env_groups", 1)),
+            validate_top=min(int(settings.get("validate_top", 1)), strategy.popsize),
+            validate_episodes=int(settings.get("validate_episodes") or eval_episodes),
+            worst_episodes=float(settings.get("worst_episodes", 1.0)),
+            mirrored=mirrored(strategy.spec),
+        )
+
+    @property
+    def popsize(self) -> int:
+        return self.strategy.popsize
+
+    @property
+    def sampler(self) -> Any:
+        return self.rollout.env_params_sampler
+
+    def obs_stats(self, state: RunState) -> ObsStats | None:
+        """The statistics the policy sees in ``state`` (None without normalisation)."""
+        return norm_stats(state.norm) if self.normalize_obs else None
+
+
+def member_keys(config: StepConfig, key: jax.Array) -> jax.Array:
+    """The rollout key, or with ``env_groups`` every member's keys from its group's key.
+
+    A member gets exactly the keys a rollout of its group alone would give it, so the whole
+    population is still one sharded call (chunked to cache like any population).
+    """
+    groups, rollout = config.env_groups, config.rollout
+    if groups == 1:
+        return key
+    size = config.popsize // groups
+    per_group = jax.vmap(lambda k: rollout.rollout_keys(k, size, config.rollouts))(
+        group_keys(key, groups)
+    )
+    data = jax.random.key_data(per_group)
+    if rollout.common_env_keys:  # (groups, rollouts, 2) -> (groups, size, rollouts, 2)
+        data = jnp.broadcast_to(data[:, None], (groups, size, *data.shape[1:]))
+    return jax.random.wrap_key_data(ungroup_members(data, config.mirrored))
+
+
+def population_rollout(
+    config: StepConfig, key: jax.Array, params: PyTree, obs_stats: ObsStats | None
+) -> RolloutResult:
+    """Every member's episodes, sharded by member; with ``env_groups`` per-group starts."""
+    return config.rollout.population(member_keys(config, key), params, config.rollouts, obs_stats)
+
+
+def population_summary(
+    config: StepConfig,
+    key: jax.Array,
+    params: PyTree,
+    obs_stats: ObsStats | None,
+    runs: int = 1,
+    bounds: dict[str, jax.Array] | None = None,
+) -> PopulationSummary:
+    """Every member's mean return and the totals, the same on every device.
+
+    What crosses devices here is one all-gather of one float per member and one small
+    all-reduce (:meth:`PopulationRollout.summary`); ranking and ``tell`` then run replicated,
+    so no sort is ever distributed. ``runs``: the seeds vmapped around it; ``bounds``: the env
+    sampler's (traced) bounds.
+    """
+    return config.rollout.summary(member_keys(config, key), params, config.rollouts, obs_stats,
+                                  runs, bounds, config.worst_episodes)  # fmt: skip
+
+
+def init_state(
+    config: StepConfig, seed: jax.Array, hyper: dict[str, jax.Array], bounds: dict
+) -> RunState:
+    """One seed's state before its first generation."""
+    keys = seed_keys(seed)
+    policy_init, _ = ravel_pytree(config.rollout.init_params(keys["init"]))
+    mean = config.strategy.initial_mean(policy_init.astype(jnp.float32))
+    k_strategy, train = jax.random.split(keys["train"])
+    return _strong(
+        RunState(
+            strategy=with_settings(config.strategy, hyper).init(k_strategy, mean),
+            norm=norm_init(config.rollout.obs_size),
+            key=jax.random.key_data(train),
+            eval_key=jax.random.key_data(keys["evaluation"]),
+            generation=jnp.zeros((), jnp.int32),
+            gen_best=mean,
+            hyper=hyper,
+            bounds=bounds,
+        )
+    )
+
+
+def generation(
+    config: StepConfig, state: RunState, runs: int = 1
+) -> tuple[RunState, dict[str, jax.Array]]:
+    """One generation of one seed: ask, roll out, tell, update the observation moments."""
+    # Mirrored OpenES skips the population matrix: members are built inside rollout chunks.
+    # Placed by the path: a materialised population replicated, mirrored OpenES's noise split
+    # by pairs over the devices; parameters never cross devices either way.
+    strategy = with_settings(config.strategy, state.hyper)
+    path = noise.population_path(strategy, config.unravel, config.mesh)
+    next_key, k_ask, k_rollout, k_tell = generation_keys(state.key)
+    population, sstate = path.ask(k_ask, state.strategy)
+    summary = population_summary(config, k_rollout, path.params(population),
+                                 config.obs_stats(state), runs, state.bounds)  # fmt: skip
+    returns = summary.returns  # replicated: everything below runs on every device
+    sstate = path.tell(k_tell, population, to_fitness(returns), sstate)
+    norm = norm_update(state.norm, summary) if config.normalize_obs else state.norm
+    best = jnp.argmax(jnp.where(jnp.isfinite(returns), returns, -jnp.inf))
+    new_state = RunState(
+        strategy=sstate,
+        norm=norm,
+        key=next_key,
+        eval_key=state.eval_key,
+        generation=state.generation + 1,
+        gen_best=path.row(population, best),
+        hyper=state.hyper,
+        bounds=state.bounds,
+    )
+    return _strong(new_state), generation_metrics(returns, summary.lengths)
+
+
+def generation_block(
+    config: StepConfig, state: RunState, n_active: jax.Array, runs: int = 1
+) -> tuple[RunState, dict[str, jax.Array]]:
+    """The first ``n_active`` of ``config.block`` generations of one seed, in one scan."""
+    step = functools.partial(generation, config, runs=runs)
+    # The metrics' shapes, without tracing a whole generation a second time to find them.
+    shapes = generation_metric_shapes(config.popsize)
+    padding = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+    def body(state, index):
+        # ``index`` and ``n_active`` are not batched over seeds, so under vmap this stays a
+        # real conditional: padded steps cost nothing and never touch the state.
+        return jax.lax.cond(index < n_active, step, lambda s: (s, padding), state)
+
+    state, metrics = jax.lax.scan(body, state, jnp.arange(config.block))
+    if config.validate_top > 1:
+        state = report_validated(config, state)
+    return state, metrics
+
+
+def run_block(
+    config: StepConfig, state: RunState, n_active: jax.Array
+) -> tuple[RunState, dict[str, jax.Array]]:
+    """:func:`generation_block` for every seed of ``state`` (its leading axis) at once."""
+    # Every seed's population steps together inside the rollout's chunks, so the chunks are
+    # sized for all of them (a sweep stacks hundreds of runs here).
+    one = functools.partial(generation_block, config, runs=int(state.generation.shape[0]))
+    return jax.vmap(one, in_axes=(0, None), out_axes=(0, 1))(state, n_active)
+
+
+def report_validated(config: StepConfig, state: RunState) -> RunState:
+    """Report the best of the leading members on fresh episodes, not the luckiest draw.
+
+    A population-based algorithm reports the member with the best training fitness; with few
+    noisy rollouts that is the luckiest of many near-equal members (a GA's population
+    converges to them), and one that tests worse than most. Each of ``validate_top`` leaders
+    is re-tested on ``validate_episodes`` evaluation-like episodes drawn afresh per generation
+    (from a key the evaluation episodes never use), and the best is reported. Ties go to the
+    better training fitness, so the episodes must be enough to show a rare failure. Only the
+    report changes: the search reads its population, never this member. The key depends on
+    the generation alone, so resumed or differently blocked runs report the same member.
+    """
+    candidates = config.strategy.leading_members(state.strategy, config.validate_top)
+    key = jax.random.fold_in(jax.random.wrap_key_data(state.eval_key), state.generation)
+    returns = held_out_returns(config, state, candidates, key, config.validate_episodes)
+    scores, _ = mean_and_std(returns)
+    chosen = candidates[jnp.argmax(jnp.where(jnp.isfinite(scores), scores, -jnp.inf))]
+    return state.replace(strategy=config.strategy.report(state.strategy, chosen))
+
+
+def held_out_returns(
+    config: StepConfig, state: RunState, members: jax.Array, key: jax.Array, episodes: int
+) -> jax.Array:
+    """``(members, episodes)`` returns of flat ``members`` through the evaluation rollout.
+
+    Frozen statistics, on the episodes of ``key``: evaluation and validation alike.
+    """
+    # Evaluation episodes are drawn with this run's bounds when the sampler is the same.
+    same = config.eval_rollout.env_params_sampler is config.sampler
+    result = config.eval_rollout.population(
+        key,
+        jax.vmap(config.unravel)(members),
+        episodes,
+        config.obs_stats(state),
+        bounds=state.bounds if same else None,
+    )
+    return result.returns
+
+
+def evaluate(config: StepConfig, state: RunState) -> dict[str, jax.Array]:
+    """The search mean and the last generation's best member on the evaluation episodes."""
+    members = jnp.stack([state.strategy.mean, state.gen_best])
+    key = jax.random.wrap_key_data(state.eval_key)
+    returns = held_out_returns(config, state, members, key, config.eval_episodes)
+    mean, std = mean_and_std(returns)  # over episodes, of (mean, best)
+    return evaluation_metrics(mean, std)
+
+
 def make_engine(
     rollout: PopulationRollout,
     eval_rollout: PopulationRollout,
@@ -245,188 +489,37 @@ def make_engine(
     """Bind rollouts and a strategy (built by ``strategy_fn(num_dims)``, once) into an engine."""
     template, unravel = flat_template(rollout, jax.random.key(0))
     num_dims = int(template.size)
-    strategy = strategy_built = strategy_fn(num_dims)
-    block = int(block)
-    if block <= 0:
+    strategy = strategy_fn(num_dims)
+    if int(block) <= 0:
         raise ValueError(f"block must be positive, got {block}")
-
-    popsize = strategy.popsize
-    hyper_names = traced_settings(strategy)
+    config = StepConfig.build(rollout, eval_rollout, strategy, unravel, rollouts=rollouts,
+                              block=block, eval_episodes=eval_episodes,
+                              normalize_obs=normalize_obs)  # fmt: skip
     # Numbers of the env sampler (its ranges) are arrays too, so a sweep over them is one program.
     sampler = rollout.env_params_sampler
     bounds = sampler.bounds() if hasattr(sampler, "bounds") else {}
-    groups = int(strategy.spec.settings.get("env_groups", 1))
-    validate_top = min(int(strategy.spec.settings.get("validate_top", 1)), popsize)
-    validate_episodes = int(strategy.spec.settings.get("validate_episodes") or eval_episodes)
-    worst_episodes = float(strategy.spec.settings.get("worst_episodes", 1.0))
-    mesh = Mesh(np.array(rollout.devices), ("population",))
-    pairs = mirrored(strategy.spec)
-
-    def member_keys(key: jax.Array) -> jax.Array:
-        """The rollout key, or with ``env_groups`` every member's keys from its group's key.
-
-        A member gets exactly the keys a rollout of its group alone would give it, so the
-        whole population is still one sharded call (chunked to cache like any population).
-        """
-        if groups == 1:
-            return key
-        size = popsize // groups
-        per_group = jax.vmap(lambda k: rollout.rollout_keys(k, size, rollouts))(
-            group_keys(key, groups)
-        )
-        data = jax.random.key_data(per_group)
-        if rollout.common_env_keys:  # (groups, rollouts, 2) -> (groups, size, rollouts, 2)
-            data = jnp.broadcast_to(data[:, None], (groups, size, *data.shape[1:]))
-        return jax.random.wrap_key_data(ungroup_members(data, pairs))
-
-    def population_rollout(key, params, obs_stats):
-        """Every member's episodes, sharded by member; with ``env_groups`` per-group starts."""
-        return rollout.population(member_keys(key), params, rollouts, obs_stats)
-
-    def population_summary(key, params, obs_stats, runs=1, bounds=None):
-        """Every member's mean return and the totals, the same on every device.
-
-        What crosses devices here is one all-gather of one float per member and one small
-        all-reduce (:meth:`PopulationRollout.summary`); ranking and ``tell`` then run
-        replicated, so no sort is ever distributed. ``runs``: the seeds vmapped around it;
-        ``bounds``: the env sampler's (traced) bounds.
-        """
-        return rollout.summary(
-            member_keys(key), params, rollouts, obs_stats, runs, bounds, worst_episodes
-        )
-
-    def init_one(seed: jax.Array, hyper: dict[str, jax.Array], bounds: dict) -> RunState:
-        keys = seed_keys(seed)
-        policy_init, _ = ravel_pytree(rollout.init_params(keys["init"]))
-        mean = strategy.initial_mean(policy_init.astype(jnp.float32))
-        k_strategy, train = jax.random.split(keys["train"])
-        return _strong(
-            RunState(
-                strategy=with_settings(strategy, hyper).init(k_strategy, mean),
-                norm=norm_init(rollout.obs_size),
-                key=jax.random.key_data(train),
-                eval_key=jax.random.key_data(keys["evaluation"]),
-                generation=jnp.zeros((), jnp.int32),
-                gen_best=mean,
-                hyper=hyper,
-                bounds=bounds,
-            )
-        )
-
-    def generation(state: RunState, runs: int = 1) -> tuple[RunState, dict[str, jax.Array]]:
-        # Mirrored OpenES skips the population matrix: members are built inside rollout chunks.
-        # Placed by the path: a materialised population replicated, mirrored OpenES's noise
-        # split by pairs over the devices; parameters never cross devices either way.
-        path = noise.population_path(with_settings(strategy_built, state.hyper), unravel, mesh)
-        next_key, k_ask, k_rollout, k_tell = generation_keys(state.key)
-        population, sstate = path.ask(k_ask, state.strategy)
-        obs_stats = norm_stats(state.norm) if normalize_obs else None
-        summary = population_summary(
-            k_rollout, path.params(population), obs_stats, runs, state.bounds
-        )
-        returns = summary.returns  # replicated: everything below runs on every device
-        sstate = path.tell(k_tell, population, to_fitness(returns), sstate)
-        norm = norm_update(state.norm, summary) if normalize_obs else state.norm
-        best = jnp.argmax(jnp.where(jnp.isfinite(returns), returns, -jnp.inf))
-        metrics = generation_metrics(returns, summary.lengths)
-        new_state = RunState(
-            strategy=sstate,
-            norm=norm,
-            key=next_key,
-            eval_key=state.eval_key,
-            generation=state.generation + 1,
-            gen_best=path.row(population, best),
-            hyper=state.hyper,
-            bounds=state.bounds,
-        )
-        return _strong(new_state), metrics
-
-    def block_one(
-        state: RunState, n_active: jax.Array, runs: int = 1
-    ) -> tuple[RunState, dict[str, jax.Array]]:
-        step = functools.partial(generation, runs=runs)
-        # The metrics' shapes, without tracing a whole generation a second time to find them.
-        shapes = generation_metric_shapes(popsize)
-        padding = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-
-        def body(state, index):
-            # ``index`` and ``n_active`` are not batched over seeds, so under vmap this stays a
-            # real conditional: padded steps cost nothing and never touch the state.
-            return jax.lax.cond(index < n_active, step, lambda s: (s, padding), state)
-
-        state, metrics = jax.lax.scan(body, state, jnp.arange(block))
-        if validate_top > 1:
-            state = report_validated(state)
-        return state, metrics
-
-    def report_validated(state: RunState) -> RunState:
-        """Report the best of the leading members on fresh episodes, not the luckiest draw.
-
-        A population-based algorithm reports the member with the best training fitness; with
-        few noisy rollouts that is the luckiest of many near-equal members (a GA's population
-        converges to them), and one that tests worse than most. Each of ``validate_top``
-        leaders is re-tested on ``validate_episodes`` evaluation-like episodes drawn afresh per
-        generation (from a key the evaluation episodes never use), and the best is reported.
-        Ties go to the better training fitness, so the episodes must be enough to show a rare
-        failure. Only the report changes: the search reads its population, never this member.
-        The key depends on the generation alone, so resumed or differently blocked runs report
-        the same member.
-        """
-        candidates = strategy_built.leading_members(state.strategy, validate_top)
-        key = jax.random.fold_in(jax.random.wrap_key_data(state.eval_key), state.generation)
-        scores, _ = mean_and_std(test_returns(state, candidates, key, validate_episodes))
-        chosen = candidates[jnp.argmax(jnp.where(jnp.isfinite(scores), scores, -jnp.inf))]
-        return state.replace(strategy=strategy_built.report(state.strategy, chosen))
-
-    def test_returns(state: RunState, members: jax.Array, key: jax.Array, episodes: int):
-        """``(members, episodes)`` returns of flat ``members`` through the evaluation rollout,
-        with frozen statistics, on the episodes of ``key``: evaluation and validation alike."""
-        obs_stats = norm_stats(state.norm) if normalize_obs else None
-        # Evaluation episodes are drawn with this run's bounds when the sampler is the same.
-        same = eval_rollout.env_params_sampler is sampler
-        result = eval_rollout.population(
-            key,
-            jax.vmap(unravel)(members),
-            episodes,
-            obs_stats,
-            bounds=state.bounds if same else None,
-        )
-        return result.returns
-
-    def evaluate_one(state: RunState) -> dict[str, jax.Array]:
-        members = jnp.stack([state.strategy.mean, state.gen_best])
-        key = jax.random.wrap_key_data(state.eval_key)
-        returns = test_returns(state, members, key, eval_episodes)
-        mean, std = mean_and_std(returns)  # over episodes, of (mean, best)
-        return evaluation_metrics(mean, std)
-
-    def run_block(state, n_active):
-        # Every seed's population steps together inside the rollout's chunks, so the chunks
-        # are sized for all of them (a sweep stacks hundreds of runs here).
-        one = functools.partial(block_one, runs=int(state.generation.shape[0]))
-        return jax.vmap(one, in_axes=(0, None), out_axes=(0, 1))(state, n_active)
-
     # The state lives replicated on the rollout's devices, in and out of every call, so a block
     # fed the previous block's output (or a restored checkpoint) never recompiles.
-    replicated = NamedSharding(mesh, P())
+    replicated = NamedSharding(config.mesh, P())
+    bind = functools.partial
     return Engine(
         rollout=rollout,
         eval_rollout=eval_rollout,
         strategy=strategy,
         unravel=unravel,
         num_dims=num_dims,
-        hyper_names=hyper_names,
+        hyper_names=traced_settings(strategy),
         bounds=bounds,
-        rollouts=int(rollouts),
-        block=block,
-        eval_episodes=int(eval_episodes),
-        normalize_obs=bool(normalize_obs),
+        rollouts=config.rollouts,
+        block=config.block,
+        eval_episodes=config.eval_episodes,
+        normalize_obs=config.normalize_obs,
         sharding=replicated,
-        population_rollout=population_rollout,
-        population_summary=population_summary,
-        init_batch=jax.jit(jax.vmap(init_one), out_shardings=replicated),
-        run_block=jax.jit(run_block, out_shardings=replicated),
-        evaluate=jax.jit(jax.vmap(evaluate_one)),
+        population_rollout=bind(population_rollout, config),
+        population_summary=bind(population_summary, config),
+        init_batch=jax.jit(jax.vmap(bind(init_state, config)), out_shardings=replicated),
+        run_block=jax.jit(bind(run_block, config), out_shardings=replicated),
+        evaluate=jax.jit(jax.vmap(bind(evaluate, config))),
     )
 
 
