@@ -25,7 +25,6 @@ project's issue, re-tested on the same starts as the optimum and ``--run``.
 from __future__ import annotations
 
 import argparse
-import math
 import time
 
 import jax
@@ -33,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from esjax.envs import make_env
+from esjax.stats import mean_interval
 
 EPISODE = 200
 
@@ -164,7 +164,8 @@ def main() -> None:
 
     keys = jax.random.split(jax.random.key(args.seed + 1), args.episodes)
     returns, starts, speeds = map(np.asarray, jax.jit(jax.vmap(episode))(keys))
-    half_width = 1.96 * returns.std(ddof=1) / math.sqrt(len(returns))
+    # Over ~1000 episodes the t quantile is within 0.2 % of the normal 1.96 it used to be.
+    half_width = mean_interval(returns, 0.95)[1]
     bottom = np.abs(((starts + np.pi) % (2 * np.pi)) - np.pi) > 2.6
     print(
         f"grid {args.angles} angles x {args.speeds} speeds, {args.torques} torques "
@@ -180,7 +181,7 @@ def main() -> None:
     )
 
     def interval(x: np.ndarray) -> float:
-        return 1.96 * x.std(ddof=1) / math.sqrt(len(x))
+        return mean_interval(x, 0.95)[1]
 
     compared = {}
     if args.blines:

@@ -47,6 +47,7 @@ from esjax.evolve import (  # noqa: E402
 )
 from esjax.runs import load_metrics  # noqa: E402
 from esjax.saved import SavedPolicy, make_test_rollout  # noqa: E402
+from esjax.stats import mean_interval  # noqa: E402
 
 # Matched budgets: popsize x generations x rollouts x episode length env steps per seed at most.
 # One small policy for both tasks so that the full-matrix algorithms (CMA-ES, xNES, MA-ES,
@@ -63,17 +64,12 @@ POLICY = [
     # The table was measured with the plain MLP, before pendulum's preset mirrored its policy.
     "policy.mirror=[]",
 ]
-# Two-sided 95 % Student t quantiles by sample size.
-T_95 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 8: 2.365, 10: 2.262}
 
 
 def interval(values: list[float]) -> tuple[float, float]:
-    """Mean and half-width of the 95 % t interval."""
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, math.nan
-    t = T_95.get(len(values), 1.96)
-    return mean, t * statistics.stdev(values) / math.sqrt(len(values))
+    """Mean and half-width of the 95 % t interval (NaN for one seed: the table shows nan)."""
+    mean, half = mean_interval(values, 0.95)
+    return mean, (half if len(values) > 1 else math.nan)
 
 
 def strategy_names() -> list[str]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import time
 from pathlib import Path
 
@@ -31,6 +30,7 @@ esjax.use_cpu_cores()  # before JAX starts: one CPU device per core
 
 from esjax.evolve import clear_engine_cache, evolve  # noqa: E402
 from esjax.runs import load_metrics  # noqa: E402
+from esjax.stats import mean_interval  # noqa: E402
 
 # preset -> (env id, blines ES final test return, env steps it took, blines failed?)
 BLINES = {
@@ -55,16 +55,11 @@ BLINES = {
     "space-invaders-minatar": ("SpaceInvaders-MinAtar", math.nan, math.nan, False),
     "seaquest-minatar": ("Seaquest-MinAtar", math.nan, math.nan, False),
 }
-# Two-sided 95 % Student-t quantiles by degrees of freedom.
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
 
 def mean_ci(values: list[float]) -> tuple[float, float]:
     """Mean and the half-width of its 95 % t-interval (0 for one value)."""
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, 0.0
-    return mean, T95.get(len(values) - 1, 1.96) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean_interval(values, 0.95)
 
 
 def eval_curves(run_dir: Path) -> dict[int, list[dict]]:

@@ -18,18 +18,15 @@ from typing import Any
 import numpy as np
 
 from esjax.config import ConfigError
-
-# Two-sided 95% Student-t quantiles by degrees of freedom (n - 1).
-_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+from esjax.stats import mean_interval
 
 
 def mean_ci(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95% Student-t interval (0 for a single value)."""
-    x = np.asarray(values, dtype=np.float64)
-    if x.size < 2:
-        return float(x.mean()), 0.0
-    t = _T95.get(x.size - 1, 1.96)
-    return float(x.mean()), float(t * x.std(ddof=1) / math.sqrt(x.size))
+    """Mean and the half-width of its 95% Student-t interval (0 for a single value).
+
+    :func:`esjax.stats.mean_interval` under the name the examples' tables use.
+    """
+    return mean_interval(values, 0.95)
 
 
 def normalised(value: float, zero: float, oracle: float) -> float:

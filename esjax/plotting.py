@@ -1,4 +1,4 @@
-"""Fitness curves from metrics rows: matplotlib (Agg, no pyplot state) and numpy only.
+"""Fitness curves from metrics rows: matplotlib (Agg, no pyplot state), numpy and esjax.stats.
 
 Several runs (or the seeds of one run) of one configuration are drawn as their mean with a 95%
 confidence band. Training fitness (population mean and best member, every generation) and
@@ -17,16 +17,14 @@ from typing import Any
 
 import numpy as np
 
+from esjax.stats import half_widths
+
 X_AXES = {"generations": "generation", "env_steps": "env_steps", "wall_s": "wall_s"}
 X_LABELS = {
     "generations": "generation",
     "env_steps": "environment steps",
     "wall_s": "wall-clock time (s)",
 }
-# Two-sided 95% Student-t quantiles by degrees of freedom; beyond the table the normal 1.96.
-_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
-_T95 += (2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086)
-_T95 += (2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 # Keys of config.json that may differ between runs (seeds) of one configuration.
 _RUN_ONLY_KEYS = frozenset({"seed", "seeds", "generations", "esjax_version", "num_dims"})
 
@@ -39,13 +37,6 @@ class Group:
 
     label: str
     runs: tuple[Rows, ...]
-
-
-def t95(dof: int) -> float:
-    """The two-sided 95% Student-t quantile (half-width factor for a confidence interval)."""
-    if dof < 1:
-        return math.nan
-    return _T95[dof - 1] if dof <= len(_T95) else 1.96
 
 
 def split_seeds(rows: Rows) -> list[Rows]:
@@ -98,7 +89,7 @@ def mean_band(
     mean = values.mean(axis=0)
     if n < 2:
         return grid, mean, mean, mean
-    half = t95(n - 1) * values.std(axis=0, ddof=1) / math.sqrt(n)
+    half = half_widths(values, 0.95)
     return grid, mean, mean - half, mean + half
 
 

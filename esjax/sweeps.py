@@ -28,6 +28,7 @@ import numpy as np
 from esjax import runs
 from esjax.config import ConfigError, parse_override, parse_task
 from esjax.evolve import Interrupted
+from esjax.stats import interval_bounds
 
 SWEEP = "sweep.json"
 # Seconds between checkpoints of a running program (every configuration's, together).
@@ -445,18 +446,12 @@ def _drive(engine, together, loggers, signals, sweep_dir) -> None:
 
 
 # ---------------------------------------------------------------------------- results
-def interval(values: Sequence[float]) -> dict[str, float | None]:
-    """Mean and 95% Student-t confidence interval over seeds (no interval for one seed)."""
-    from esjax.plotting import t95
+def interval(values: Sequence[float | None]) -> dict[str, float | None]:
+    """Mean and 95% Student-t confidence interval over seeds (no interval for one seed).
 
-    data = np.asarray([v for v in values if v is not None], dtype=float)
-    if data.size == 0:
-        return {"mean": None, "low": None, "high": None}
-    mean = float(data.mean())
-    if data.size < 2:
-        return {"mean": mean, "low": None, "high": None}
-    half = t95(data.size - 1) * float(data.std(ddof=1)) / math.sqrt(data.size)
-    return {"mean": mean, "low": mean - half, "high": mean + half}
+    The dict that ``sweep.json`` stores; :func:`esjax.stats.interval_bounds` computes it.
+    """
+    return interval_bounds(values, 0.95)
 
 
 def steps_to_threshold(rows: Sequence[dict[str, Any]], threshold: float | None) -> list:

@@ -97,7 +97,8 @@ def test_sweep_json_holds_test_returns_intervals_and_steps(finished):
         a, b = expected
         mean, sd = (a + b) / 2, abs(a - b) / math.sqrt(2)
         assert stats["mean"] == pytest.approx(mean)
-        assert stats["high"] == pytest.approx(mean + 12.706 * sd / math.sqrt(2))
+        t = math.tan(0.475 * math.pi)  # t_{0.975, 1}: the Cauchy quantile, 12.7062...
+        assert stats["high"] == pytest.approx(mean + t * sd / math.sqrt(2))
     assert len(entry["env_steps_to_threshold"]["per_seed"]) == 2
     assert len(entry["solved_per_seed"]) == 2
 
@@ -290,7 +291,7 @@ def test_configurations_cross_product_and_names():
 
 def test_interval_and_steps_to_threshold():
     stats = sweeps.interval([1.0, 2.0, 3.0])
-    half = 4.303 * 1.0 / math.sqrt(3)
+    half = 4.302652729749464 * 1.0 / math.sqrt(3)  # t_{0.975, 2}
     assert stats == pytest.approx({"mean": 2.0, "low": 2.0 - half, "high": 2.0 + half})
     assert sweeps.interval([5.0]) == {"mean": 5.0, "low": None, "high": None}
     rows = [
