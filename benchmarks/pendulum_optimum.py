@@ -13,19 +13,21 @@ presets against the best that can be done, not only against each other (benchmar
 
     python benchmarks/pendulum_optimum.py                   # 512 x 401 grid, 1024 episodes
     python benchmarks/pendulum_optimum.py --angles 256 --speeds 201
-    python benchmarks/pendulum_optimum.py --starts    # also the grid of pendulum_starts.py
+    python benchmarks/pendulum_optimum.py --starts    # also the grid of tools/pendulum_starts.py
     python benchmarks/pendulum_optimum.py --run RUN --run-seeds 3   # a run's seeds, same starts
     python benchmarks/pendulum_optimum.py --blines es.pkl  # and gymnax-blines' published agent
 
 ``--blines`` takes gymnax-blines' ``agents/Pendulum-v1/es.pkl`` (read by
-``blines_checkpoint.py``, which admits only arrays): the agent behind the -130.2 of the
+``tools/blines_checkpoint.py``, which admits only arrays): the agent behind the -130.2 of the
 project's issue, re-tested on the same starts as the optimum and ``--run``.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +35,9 @@ import numpy as np
 
 from esjax.envs import make_env
 from esjax.stats import mean_interval
+
+# The gymnax-blines reader and the per-start episode loop are helpers, kept in tools/.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
 EPISODE = 200
 
@@ -115,7 +120,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=1024)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--starts", action="store_true", help="also print benchmarks/pendulum_starts.py's grid"
+        "--starts", action="store_true", help="also print tools/pendulum_starts.py's grid"
     )
     parser.add_argument("--run", help="a pendulum run directory: its policy on the same starts")
     parser.add_argument("--which", default="final", choices=("final", "best"))

@@ -42,7 +42,7 @@ from esjax.saved import evaluate_run  # noqa: E402
 REFERENCE = {"steps_to_-216": 11.6e6, "return_at_25.6M": -150.0}
 # At popsize 2048 the preset's strategy settings stay, but the hidden units are ReLU (as in the
 # reference's network): in 5 seeds as many steps to -200 as the best tanh settings found, and
-# a better return after 25 M steps (-179 against -213 median; sweep in benchmarks/README.md).
+# a better return after 25 M steps (-179 against -213 median; sweep in benchmarks/HISTORY.md).
 LARGE_POPULATION = ["policy.activation=relu"]
 
 
@@ -134,7 +134,7 @@ def main() -> None:
     print(f"devices: {jax.devices()}")
     if args.strategies is not None:
         # One episode per member for every strategy, so the rollout column compares; the plain
-        # MLP, as when the table in benchmarks/README.md was taken (one network pass a step).
+        # MLP, as when the table in benchmarks/HISTORY.md was taken (one network pass a step).
         same_work = [
             "policy.hidden=[64, 64]",
             "strategy_settings.rollouts_multiplier=1",

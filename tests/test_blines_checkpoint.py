@@ -1,4 +1,4 @@
-"""benchmarks/blines_checkpoint.py: a gymnax-blines pickle is read as arrays, nothing runs."""
+"""tools/blines_checkpoint.py: a gymnax-blines pickle is read as arrays, nothing runs."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "blines_checkpoint.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "blines_checkpoint.py"
 
 
 @pytest.fixture(scope="module")

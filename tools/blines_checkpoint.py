@@ -12,7 +12,7 @@ hidden activation, then for a ``gaussian`` output one ``Dense`` for the mean and
 shared log-variance (an action is the mean plus that noise), for ``categorical`` one ``Dense``
 of logits. Re-implemented here from that description, as a plain function of the arrays.
 
-    python benchmarks/blines_checkpoint.py es.pkl      # its layers and its logged curve
+    python tools/blines_checkpoint.py es.pkl      # its layers and its logged curve
 """
 
 from __future__ import annotations

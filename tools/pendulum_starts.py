@@ -1,6 +1,6 @@
 """Return of a saved Pendulum-v1 policy from each start in a grid of angles and speeds.
 
-    python benchmarks/pendulum_starts.py RUN [--seed S] [--which final|best]
+    python tools/pendulum_starts.py RUN [--seed S] [--which final|best]
 
 Rows are start angles (0 = upright), columns start speeds; each cell is one 200-step episode
 stepped by gymnax's own ``step_env``. A policy that swings up well from one side and badly from
