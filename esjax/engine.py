@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -574,31 +574,73 @@ def _strong(tree: PyTree) -> PyTree:
 
 
 # ---------------------------------------------------------------------------- host conversions
-def to_host(state: RunState) -> list[np.ndarray]:
-    """The state's leaves as NumPy arrays, in a fixed order (for checkpoints)."""
-    return [np.asarray(leaf) for leaf in jax.tree.leaves(jax.device_get(state))]
+# Checkpoints name every array by where it sits in the state, so restoring matches arrays by
+# name: a reordered RunState or a changed evosax state is restored correctly or refused, never
+# mis-assigned between arrays of equal shape (as restoring by position could).
+STATE_PREFIX = "state/"
 
 
-def from_host(template: RunState, leaves: list[np.ndarray]) -> RunState:
-    """A state shaped like ``template`` from :func:`to_host` leaves (same shapes and dtypes)."""
-    expected = jax.tree.leaves(template)
-    treedef = jax.tree.structure(template)
-    # A checkpoint from before settings (or the sampler's bounds) were state: their values are
-    # the config's own, which is what ``template`` holds (those leaves come last).
-    bounds = len(jax.tree.leaves(template.bounds))
-    for missing in (bounds, bounds + len(jax.tree.leaves(template.hyper))):
-        if missing and len(leaves) == len(expected) - missing:
-            leaves = [*leaves, *(np.asarray(x) for x in expected[-missing:])]
-            break
-    if len(leaves) != len(expected):
-        raise ValueError(f"checkpoint holds {len(leaves)} arrays, this run needs {len(expected)}")
-    for i, (got, want) in enumerate(zip(leaves, expected, strict=True)):
+def _key_name(key: Any) -> str:
+    """One pytree path entry as written in checkpoints.
+
+    Spelled out here rather than taken from ``jax.tree_util.keystr``, whose format is JAX's to
+    change, while these names are a file format.
+    """
+    for attr in ("name", "key", "idx"):  # GetAttrKey; DictKey and FlattenedIndexKey; SequenceKey
+        if hasattr(key, attr):
+            return str(getattr(key, attr))
+    raise TypeError(f"cannot name the pytree path entry {key!r}")
+
+
+def leaf_names(tree: PyTree, prefix: str = STATE_PREFIX) -> list[str]:
+    """The checkpoint name of every leaf of ``tree``, in ``jax.tree.leaves`` order."""
+    paths = [path for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
+    names = [prefix + "/".join(_key_name(k) for k in path) for path in paths]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two state arrays would share a checkpoint name: {names}")
+    return names
+
+
+def check_arrays(arrays: Mapping[str, Any], expected: Mapping[str, Any]) -> None:
+    """Refuse ``arrays`` unless they have exactly ``expected``'s names, shapes and dtypes.
+
+    One line naming the first offending array, so a damaged or foreign checkpoint says what is
+    wrong with it instead of failing later inside a compiled block.
+    """
+    missing = [name for name in expected if name not in arrays]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise ValueError(f"checkpoint lacks array {missing[0]!r}{more}")
+    extra = [name for name in arrays if name not in expected]
+    if extra:
+        more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
+        raise ValueError(f"checkpoint array {extra[0]!r}{more} is not part of this run")
+    for name, want in expected.items():
+        got = arrays[name]
         if tuple(got.shape) != tuple(want.shape) or got.dtype != want.dtype:
             raise ValueError(
-                f"checkpoint array {i} is {got.dtype}{list(got.shape)}, "
+                f"checkpoint array {name!r} is {got.dtype}{list(got.shape)}, "
                 f"this run needs {want.dtype}{list(want.shape)}"
             )
-    return jax.tree.unflatten(treedef, [np.asarray(leaf) for leaf in leaves])
+
+
+def to_host(state: RunState) -> dict[str, np.ndarray]:
+    """The state's leaves as NumPy arrays named by their path (``state/strategy/mean``, ...)."""
+    leaves = [np.asarray(leaf) for leaf in jax.tree.leaves(jax.device_get(state))]
+    return dict(zip(leaf_names(state), leaves, strict=True))
+
+
+def from_host(template: RunState, arrays: Mapping[str, np.ndarray]) -> RunState:
+    """A state shaped like ``template`` from :func:`to_host` arrays, matched by name only.
+
+    Names outside ``state/`` (the host's part of a checkpoint) are left to the caller; a
+    missing, unknown or differently shaped ``state/`` array is a ValueError naming it.
+    """
+    expected = dict(zip(leaf_names(template), jax.tree.leaves(template), strict=True))
+    mine = {name: array for name, array in arrays.items() if name.startswith(STATE_PREFIX)}
+    check_arrays(mine, expected)
+    leaves = [np.asarray(mine[name]) for name in expected]
+    return jax.tree.unflatten(jax.tree.structure(template), leaves)
 
 
 def phase_functions(engine: Engine) -> dict[str, Callable]:

@@ -445,41 +445,46 @@ class Run:
         has_checkpoint = any(
             (self.run_dir / name).is_file() for name in (runs.CHECKPOINT, runs.PREV_CHECKPOINT)
         )
+        fresh = HostState(
+            generation=0,
+            env_steps=np.zeros(seeds, np.int64),
+            wall_s=0.0,
+            best_eval=np.full(seeds, -np.inf),
+            best_params=np.asarray(template.strategy.mean).copy(),
+            best_obs=obs_arrays(engine, template),
+            best_generation=np.zeros(seeds, np.int64),
+        )
         if self.resumed and has_checkpoint:
-            state, host = self._restore(template)
+            state, host = self._restore(template, fresh)
         else:
             if self.resumed and self.writer:
                 runs.truncate_metrics(self.run_dir, 0)
-            state = template
-            host = HostState(
-                generation=0,
-                env_steps=np.zeros(seeds, np.int64),
-                wall_s=0.0,
-                best_eval=np.full(seeds, -np.inf),
-                best_params=np.asarray(state.strategy.mean).copy(),
-                best_obs=obs_arrays(engine, state),
-                best_generation=np.zeros(seeds, np.int64),
-            )
+            state, host = template, fresh
         if self.writer:
             runs.write_json(self.run_dir / runs.CONFIG, config)
         self._wall_offset = host.wall_s
         self.progress = Progress(state, host)
         self._last_checkpoint = time.perf_counter()
 
-    def _restore(self, template: Any) -> tuple[Any, HostState]:
-        """Engine and host state from the run's checkpoint (shaped like ``template``)."""
-        from esjax.engine import from_host
+    def _restore(self, template: Any, fresh: HostState) -> tuple[Any, HostState]:
+        """Engine and host state from the run's checkpoint, matched by name to what a fresh
+        start of this run (``template``, ``fresh``) holds."""
+        from esjax.engine import check_arrays, from_host
 
         engine, config = self.engine, self.config
-        meta, leaves = runs.load_checkpoint(self.run_dir)
+        checkpoint = runs.load_checkpoint(self.run_dir)
+        meta = checkpoint.meta
         for key in _ENGINE_KEYS:
             if meta["config"].get(key) != config.get(key):
                 raise ConfigError(f"{self.run_dir}: checkpoint and config.json disagree on {key!r}")
+        expected = checkpoint_arrays(template, fresh)
         try:
-            state = engine.place(from_host(template, leaves[:-4]))
+            arrays = migrate_checkpoint(checkpoint, template).arrays
+            check_arrays(arrays, expected)
+            state = engine.place(from_host(template, arrays))
         except ValueError as err:
-            raise ConfigError(f"{self.run_dir}: {err}") from err
-        best_params, best_mean, best_std, best_generation = leaves[-4:]
+            raise ConfigError(f"{self.run_dir}: {err}") from None
+        best_params, best_mean, best_std, best_generation = (arrays[n] for n in HOST_ARRAYS)
         host = HostState(
             generation=int(meta["generation"]),
             env_steps=np.asarray(meta["env_steps"], np.int64),
@@ -520,13 +525,8 @@ class Run:
         if self.writer:
             state, host = self.progress.state, self.progress.host
             _save_policies(self.run_dir, self.engine, state, host)
-            leaves = [
-                *_to_host(state),
-                host.best_params,
-                *(host.best_obs or (np.zeros(0, np.float32), np.zeros(0, np.float32))),
-                np.asarray(host.best_generation, np.int64),
-            ]
-            runs.save_checkpoint(self.run_dir, {**host.meta(), "config": self.config}, leaves)
+            arrays = checkpoint_arrays(state, host)
+            runs.save_checkpoint(self.run_dir, {**host.meta(), "config": self.config}, arrays)
             self.saved_generation = host.generation
         self._last_checkpoint = time.perf_counter()
 
@@ -582,13 +582,99 @@ def _summary_json(summary: RunSummary, host: HostState, final: dict) -> dict[str
     }
 
 
-# ---------------------------------------------------------------------------- bookkeeping
-def _to_host(state: Any) -> list[np.ndarray]:
+# ---------------------------------------------------------------------------- checkpoint contents
+# A checkpoint holds the engine state's arrays, named by :func:`esjax.engine.to_host`
+# (``state/...``), and these host arrays. A run that does not normalise observations stores its
+# best policy's observation statistics as empty arrays.
+HOST_ARRAYS = (
+    "host/best_params",
+    "host/best_obs_mean",
+    "host/best_obs_std",
+    "host/best_generation",
+)
+# Version 1 stored RunState's leaves by position: its fields in this order, each field's own
+# leaves in JAX's order (evosax's state fields as declared, dict keys sorted), then HOST_ARRAYS.
+# Frozen here, so that reordering RunState later cannot change how a version 1 file is read.
+_V1_FIELDS = ("strategy", "norm/count", "norm/mean", "norm/m2", "key", "eval_key",
+              "generation", "gen_best", "hyper", "bounds")  # fmt: skip
+_V1_SORTED = ("hyper", "bounds")  # dicts: JAX flattens them in sorted key order
+
+
+def checkpoint_arrays(state: Any, host: HostState) -> dict[str, np.ndarray]:
+    """Everything a checkpoint stores, by name: the engine state's arrays, then the host's."""
     from esjax.engine import to_host
 
-    return to_host(state)
+    best_obs = host.best_obs or (np.zeros(0, np.float32), np.zeros(0, np.float32))
+    values = (host.best_params, *best_obs, np.asarray(host.best_generation, np.int64))
+    return {**to_host(state), **dict(zip(HOST_ARRAYS, map(np.asarray, values), strict=True))}
 
 
+def migrate_checkpoint(checkpoint: runs.Checkpoint, template: Any) -> runs.Checkpoint:
+    """``checkpoint`` in the current format (arrays by name), whatever version it was written in.
+
+    Every resume loads its checkpoint through here, so a format change adds a step here and old
+    run directories keep resuming. ``template`` is this run's engine state at generation 0
+    (``engine.init(seeds)``): its tree gives the names a version 1 file did not store, in the
+    order that file stored them, and the values of state the file predates. Shapes and dtypes
+    are checked by name afterwards (:func:`esjax.engine.check_arrays`).
+    """
+    if checkpoint.version == 1:
+        named = _name_v1_arrays(checkpoint.arrays, template)
+        checkpoint = runs.Checkpoint(checkpoint.meta, named, 2)
+    if checkpoint.version != runs.CHECKPOINT_VERSION:
+        raise ConfigError(f"checkpoint format version {checkpoint.version} is not supported")
+    return checkpoint
+
+
+def _v1_order(state_names: list[str]) -> list[str]:
+    """``state_names`` (in the state tree's leaf order) in the order version 1 stored them.
+
+    Version 1 wrote ``jax.tree.leaves`` of the state of its day, laid out as ``_V1_FIELDS``.
+    """
+    from esjax.engine import STATE_PREFIX
+
+    def position(i: int, name: str) -> tuple[int, Any]:
+        path = name.removeprefix(STATE_PREFIX)
+        for field, top in enumerate(_V1_FIELDS):
+            if path == top or path.startswith(top + "/"):
+                return field, (path if top in _V1_SORTED else i)
+        raise ConfigError(f"state array {name!r} did not exist in version 1 checkpoints")
+
+    ranked = sorted((position(i, name), name) for i, name in enumerate(state_names))
+    return [name for _, name in ranked]
+
+
+def _name_v1_arrays(arrays: dict[str, np.ndarray], template: Any) -> dict[str, np.ndarray]:
+    """Version 1 to 2: give the positional arrays (``00000``, ...) their names.
+
+    The evosax state's own leaves are taken in the installed evosax's order, as version 1
+    itself restored them; shapes and dtypes are then checked by name. A file from before the
+    strategy settings (``hyper``), or the env sampler's bounds, were state lacks them; they
+    get this run's values, which come from the same config.
+    """
+    from esjax.engine import STATE_PREFIX, to_host
+
+    expected = to_host(template)  # in the tree's own leaf order, whatever the names
+    names = _v1_order(list(expected))
+    late = {top: [n for n in names if n.startswith(f"{STATE_PREFIX}{top}/")] for top in _V1_SORTED}
+    leaves = [arrays[key] for key in sorted(arrays)]
+    count = len(leaves) - len(HOST_ARRAYS)
+    for absent in ([], late["bounds"], late["hyper"] + late["bounds"]):
+        present = [name for name in names if name not in absent]
+        if len(present) == count:
+            break
+    else:
+        raise ConfigError(
+            f"version 1 checkpoint holds {len(leaves)} arrays, this run needs "
+            f"{len(names) + len(HOST_ARRAYS)}"
+        )
+    named = dict(zip(present, leaves[:count], strict=True))
+    named.update({name: np.asarray(expected[name]) for name in absent})
+    named.update(zip(HOST_ARRAYS, leaves[count:], strict=True))
+    return named
+
+
+# ---------------------------------------------------------------------------- bookkeeping
 def obs_arrays(engine: Any, state: Any) -> tuple[np.ndarray, np.ndarray] | None:
     """Per-seed observation statistics of ``state`` as NumPy arrays, or ``None`` without them."""
     stats = engine.obs_stats(state)

@@ -4,7 +4,7 @@ A run directory holds::
 
     config.json            the resolved config (task table, strategy, popsize, seeds, ...)
     metrics.jsonl          one JSON object per generation (and seed)
-    checkpoint.msgpack     everything needed to continue the run
+    checkpoint.msgpack     everything needed to continue the run (see "Checkpoints" below)
     checkpoint.prev.msgpack  the checkpoint before it, used when the newest one is damaged
     final_policy.msgpack   the search mean at the last checkpoint, per seed
     best_policy.msgpack    the best evaluated parameters so far, per seed
@@ -18,6 +18,15 @@ one, never a mix, and a reader of a live run sees whole files (``metrics.jsonl``
 whole lines at a time; a torn last line is skipped). Only the names above are ever read: a
 pickle left in a run directory is reported and ignored. This module uses NumPy only: playing
 and testing a saved policy is :mod:`esjax.saved`'s job.
+
+Checkpoints (format version 2) hold their arrays by name: where each sits in the run's state
+(``state/strategy/mean``, ``state/norm/m2``, ``state/hyper/learning_rate``, ...) or in the
+host's bookkeeping (``host/best_params``, ``host/best_obs_mean``, ``host/best_obs_std``,
+``host/best_generation``), so they are restored by name and a changed state is refused, never
+mis-assigned. The names are made, and checked, where the state is known
+(:func:`esjax.engine.to_host`, :mod:`esjax.lifecycle`); this module stores what it is given.
+Version 1 stored the same arrays by position (``00000``, ``00001``, ...): it is still read,
+and :func:`esjax.lifecycle.migrate_checkpoint` names its arrays. Policies are version 1.
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ import tempfile
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from flax import serialization
@@ -47,7 +56,10 @@ SUMMARY = "summary.json"
 LOCK = "run.lock"
 POLICIES = {"final": "final_policy.msgpack", "best": "best_policy.msgpack"}
 _FORMAT = "esjax"
-_VERSION = 1
+# The version each kind of file is written with, and the versions still read.
+CHECKPOINT_VERSION = 2  # 1: arrays by position; 2: arrays by name
+_VERSIONS = {"checkpoint": CHECKPOINT_VERSION, "policy": 1}
+_READABLE = {"checkpoint": (1, 2), "policy": (1,)}
 # Files that unpickle (and so can run code) when loaded; esjax never reads them.
 _PICKLE_SUFFIXES = (".pkl", ".pickle", ".pck", ".joblib", ".dill")
 
@@ -103,7 +115,7 @@ def pack(kind: str, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> byte
         {
             "format": _FORMAT,
             "kind": kind,
-            "version": _VERSION,
+            "version": _VERSIONS[kind],
             "sha256": hashlib.sha256(payload).hexdigest(),
             "payload": payload,
         }
@@ -112,6 +124,12 @@ def pack(kind: str, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> byte
 
 def unpack(path: str | Path, kind: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """``(meta, arrays)`` from a file written by :func:`pack`; a damaged file is a ConfigError."""
+    _, meta, arrays = _unpack(path, kind)
+    return meta, arrays
+
+
+def _unpack(path: str | Path, kind: str) -> tuple[int, dict[str, Any], dict[str, np.ndarray]]:
+    """:func:`unpack` with the file's format version, which says how to read its arrays."""
     path = Path(path)
     try:
         outer = serialization.msgpack_restore(path.read_bytes())
@@ -121,14 +139,15 @@ def unpack(path: str | Path, kind: str) -> tuple[dict[str, Any], dict[str, np.nd
         raise ConfigError(f"{path}: not an esjax {kind} file ({err})") from err
     if not isinstance(outer, dict) or outer.get("format") != _FORMAT or outer.get("kind") != kind:
         raise ConfigError(f"{path}: not an esjax {kind} file")
-    if outer.get("version") != _VERSION:
-        raise ConfigError(f"{path}: {kind} format version {outer.get('version')} is not supported")
+    version = outer.get("version")
+    if version not in _READABLE[kind]:
+        raise ConfigError(f"{path}: {kind} format version {version} is not supported")
     payload = outer["payload"]
     if hashlib.sha256(payload).hexdigest() != outer["sha256"]:
         raise ConfigError(f"{path}: checksum mismatch, the file is damaged")
     inner = serialization.msgpack_restore(payload)
     arrays = {k: np.asarray(v) for k, v in inner["arrays"].items()}
-    return json.loads(inner["meta"]), arrays
+    return version, json.loads(inner["meta"]), arrays
 
 
 # ---------------------------------------------------------------------------- run directory
@@ -224,15 +243,27 @@ def truncate_metrics(run_dir: str | Path, generation: int) -> None:
 
 
 # ---------------------------------------------------------------------------- checkpoints
-def save_checkpoint(run_dir: str | Path, meta: dict[str, Any], leaves: list[np.ndarray]) -> None:
-    """Write a checkpoint, keeping the one it replaces as ``checkpoint.prev.msgpack``.
+class Checkpoint(NamedTuple):
+    """A checkpoint as stored: ``arrays`` are by name from version 2 on, by position before."""
 
-    The old checkpoint is hard-linked (or copied) to the previous name through a temporary
-    name and a rename before the new one replaces it, so at every instant both names hold a
-    complete file (or the previous name does not exist yet).
+    meta: dict[str, Any]
+    arrays: dict[str, np.ndarray]
+    version: int
+
+
+def save_checkpoint(
+    run_dir: str | Path, meta: dict[str, Any], arrays: dict[str, np.ndarray]
+) -> None:
+    """Write a checkpoint of named arrays, keeping the one it replaces as the previous one.
+
+    The old checkpoint is hard-linked (or copied) to ``checkpoint.prev.msgpack`` through a
+    temporary name and a rename before the new one replaces it, so at every instant both names
+    hold a complete file (or the previous name does not exist yet).
     """
     run_dir = Path(run_dir)
-    arrays = {f"{i:05d}": leaf for i, leaf in enumerate(leaves)}
+    for name in arrays:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"checkpoint arrays are named by non-empty strings, got {name!r}")
     data = pack("checkpoint", meta, arrays)
     current = run_dir / CHECKPOINT
     if current.is_file():
@@ -256,21 +287,23 @@ def _keep_previous(current: Path, previous: Path) -> None:
     _fsync_dir(previous.parent)
 
 
-def load_checkpoint(run_dir: str | Path) -> tuple[dict[str, Any], list[np.ndarray]]:
-    """``(meta, state leaves in order)`` of the newest checkpoint that passes its checksum.
+def load_checkpoint(run_dir: str | Path) -> Checkpoint:
+    """The newest checkpoint that passes its checksum, as stored (any readable version).
 
     A missing, truncated or corrupted ``checkpoint.msgpack`` falls back, with a warning, to
-    ``checkpoint.prev.msgpack``; if that fails too, the newest file's error is raised.
+    ``checkpoint.prev.msgpack``; if that fails too, the newest file's error is raised. A
+    version 1 checkpoint's arrays are positional: resuming names them through
+    :func:`esjax.lifecycle.migrate_checkpoint`.
     """
     run_dir = Path(run_dir)
     try:
-        meta, arrays = unpack(run_dir / CHECKPOINT, "checkpoint")
+        version, meta, arrays = _unpack(run_dir / CHECKPOINT, "checkpoint")
     except ConfigError as err:
         previous = run_dir / PREV_CHECKPOINT
         if not previous.is_file():
             raise
         try:
-            meta, arrays = unpack(previous, "checkpoint")
+            version, meta, arrays = _unpack(previous, "checkpoint")
         except ConfigError:
             raise err from None
         # Set the damaged file aside so the next save does not rotate it into the previous slot.
@@ -281,7 +314,7 @@ def load_checkpoint(run_dir: str | Path) -> tuple[dict[str, Any], list[np.ndarra
             f"(generation {meta.get('generation')})",
             stacklevel=2,
         )
-    return meta, [arrays[k] for k in sorted(arrays)]
+    return Checkpoint(meta, arrays, version)
 
 
 # ---------------------------------------------------------------------------- policies

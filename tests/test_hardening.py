@@ -40,14 +40,17 @@ RUN = dict(popsize=8, overrides=SMALL)
 TOTAL = 10
 
 
-def checkpoint_leaves(run_dir):
-    return runs.load_checkpoint(run_dir)[1]
+def checkpoint_arrays(run_dir):
+    return runs.load_checkpoint(run_dir).arrays
 
 
 def assert_same_result(run_dir, reference):
-    """Same final checkpoint state and saved policy, byte for byte."""
-    for a, b in zip(checkpoint_leaves(run_dir), checkpoint_leaves(reference), strict=True):
-        assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+    """Same final checkpoint state (array by array, by name) and saved policy, byte for byte."""
+    mine, theirs = checkpoint_arrays(run_dir), checkpoint_arrays(reference)
+    assert mine.keys() == theirs.keys()
+    for name, a in mine.items():
+        b = theirs[name]
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), name
     _, mine, _ = runs.read_policy(run_dir)
     _, theirs, _ = runs.read_policy(reference)
     assert mine.tobytes() == theirs.tobytes()
@@ -326,7 +329,7 @@ def test_nonfinite_returns_rank_worst_are_counted_and_the_search_goes_on(tmp_pat
     rows = runs.load_metrics(out)
     assert [r["nonfinite"] for r in rows] == [8, 8, 8]
     assert all(r["fitness_mean"] is None for r in rows)  # null: no finite member to average
-    for leaf in checkpoint_leaves(out):
+    for leaf in checkpoint_arrays(out).values():
         if np.issubdtype(leaf.dtype, np.floating):
             assert np.all(np.isfinite(leaf))
     # Ranking: a NaN or infinite return is worse than every finite one.

@@ -303,7 +303,7 @@ def test_a_reader_of_a_live_run_never_fails_to_parse(tmp_path):
                 rows = runs.load_metrics(out)
                 assert [r["generation"] for r in rows] == list(range(1, len(rows) + 1))
                 if (out / runs.CHECKPOINT).is_file():
-                    meta, _ = runs.load_checkpoint(out)
+                    meta = runs.load_checkpoint(out).meta
                     assert meta["generation"] <= 40
                     for which in ("final", "best"):
                         runs.read_policy(out, which)

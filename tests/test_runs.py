@@ -33,8 +33,15 @@ def strip_wall(rows):
 
 
 def checkpoint_arrays(run_dir):
-    meta, leaves = runs.load_checkpoint(run_dir)
-    return meta, leaves
+    checkpoint = runs.load_checkpoint(run_dir)
+    return checkpoint.meta, checkpoint.arrays
+
+
+def assert_same_arrays(a, b):
+    """Checkpoint arrays equal name by name (a dict's ``zip`` would compare only the names)."""
+    assert a.keys() == b.keys()
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
 
 @pytest.fixture(scope="module")
@@ -107,8 +114,7 @@ def test_resume_is_bit_identical_even_when_interrupted_mid_block(straight, tmp_p
     assert strip_wall(load_metrics(out)) == strip_wall(load_metrics(straight.run_dir))
     _, a = checkpoint_arrays(straight.run_dir)
     _, b = checkpoint_arrays(out)
-    for x, y in zip(a, b, strict=True):
-        np.testing.assert_array_equal(x, y)
+    assert_same_arrays(a, b)
     for which in ("final", "best"):
         np.testing.assert_array_equal(
             runs.read_policy(out, which)[1], runs.read_policy(straight.run_dir, which)[1]
@@ -124,8 +130,7 @@ def test_a_short_run_extended_by_resume_matches_the_long_run(straight, tmp_path)
     assert strip_wall(load_metrics(out)) == strip_wall(load_metrics(straight.run_dir))
     _, a = checkpoint_arrays(straight.run_dir)
     _, b = checkpoint_arrays(out)
-    for x, y in zip(a, b, strict=True):
-        np.testing.assert_array_equal(x, y)
+    assert_same_arrays(a, b)
 
 
 def test_resume_after_a_hard_kill_drops_unsaved_rows(straight, tmp_path):
