@@ -164,7 +164,7 @@ def baseline_returns(
     seed: int = 0,
     baseline: str = "analytic",
     *,
-    built: tuple[dict, Any] | None = None,
+    built: tuple[Any, Any] | None = None,
 ) -> np.ndarray:
     """Per-episode returns of a baseline on a run's test episodes (seed index ``seed``).
 
@@ -178,5 +178,5 @@ def baseline_returns(
     if not isinstance(episodes, int) or episodes <= 0:
         raise ConfigError(f"episodes must be a positive integer, got {episodes!r}")
     config, rollout = built or make_test_rollout(run_dir, split)
-    key = seed_keys(int(config["seed"]) + seed)["test"]
+    key = seed_keys(config.seed + seed)["test"]
     return reference_returns(rollout, key, episodes, baseline)

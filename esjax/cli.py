@@ -402,7 +402,7 @@ def evolve(
     if resume:
         from esjax.runs import read_run_config
 
-        shown_seeds = int(read_run_config(out_dir).get("seeds", seeds))
+        shown_seeds = read_run_config(out_dir).seeds
     report = ProgressReport(console, f"evolve {label}", seeds=shown_seeds)
     try:
         with report, _tracking(log, report, out_dir if resume else None) as on_progress:
@@ -439,13 +439,10 @@ def evolve(
 def _check_task(task: str, overrides: tuple[str, ...]) -> None:
     """Fail fast, before anything compiles: unknown task, bad preset, bad ``--set``, bad env id."""
     from esjax import presets
-    from esjax.config import apply_overrides, parse_task
-
-    _, raw, source = presets.locate("task", task)
-    config = parse_task(apply_overrides(raw, overrides), source)
     from esjax.tasks import check_task
 
-    check_task(config, source)  # the library decides what an env id and its params are
+    name, config, _ = presets.load_task(task, overrides)
+    check_task(config, name)  # the library decides what an env id and its params are
 
 
 def _finish_evolve(summary: Any, report: ProgressReport) -> None:
@@ -462,7 +459,7 @@ def _finish_evolve(summary: Any, report: ProgressReport) -> None:
     table.add_column()
     table.add_row("run directory", str(run_dir))
     table.add_row("generations", f"{summary.generations:,}")
-    seeds = int(config.get("seeds", 1))
+    seeds = config.seeds
     per_seed = " per seed" if seeds > 1 else ""
     table.add_row("env steps", f"{summary.env_steps:,}{per_seed}")
     table.add_row("wall time (from building the task)", _duration(summary.wall_s))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import math
 import numbers
 import tomllib
@@ -466,3 +467,131 @@ def check_finite(value: Any, where: str) -> None:
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value):
             check_finite(item, f"{where}[{i}]")
+
+
+# ---------------------------------------------------------------------------- a resolved run
+@dataclass(frozen=True)
+class StrategySpec:
+    """A resolved strategy preset: evosax class name and every setting (defaults filled in)."""
+
+    name: str
+    algorithm: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "algorithm": self.algorithm,
+            "description": self.description,
+            "settings": dict(self.settings),
+        }
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run is, resolved once before anything is written; ``config.json`` holds it.
+
+    Frozen: building the engine or resuming never changes it. Which fields matter for what is
+    said here once: :meth:`program` (the compiled program), :meth:`state_key` (what a
+    checkpoint's state must match) and :meth:`identity` (runs that differ only in their seeds
+    and length are one configuration, drawn as one band).
+    """
+
+    task_name: str
+    task: TaskConfig
+    strategy: StrategySpec
+    popsize: int  # members per generation, resolved (the strategy's own default applied)
+    num_dims: int  # parameters per member
+    rollouts: int  # episodes per member per generation
+    generations: int  # asked for when the run was created; a resume may go further
+    seed: int
+    seeds: int
+    scaling: dict[str, Any] | None = None  # what the popsize rule changed, for the record
+    overrides: tuple[str, ...] = ()
+    esjax_version: str = ""
+
+    @property
+    def seed_ids(self) -> tuple[int, ...]:
+        return tuple(range(self.seed, self.seed + self.seeds))
+
+    # ------------------------------------------------------------------ what matters for what
+    def program(self) -> dict[str, Any]:
+        """The fields the compiled generation block and evaluation are built from."""
+        return {
+            "task": to_dict(self.task),
+            "strategy": self.strategy.to_dict(),
+            "rollouts": self.rollouts,
+            "popsize": self.popsize,
+        }
+
+    def program_key(self) -> str:
+        return json.dumps(self.program(), sort_keys=True)
+
+    def state_key(self) -> dict[str, Any]:
+        """What a checkpoint's state depends on: the program, the seeds and the member size."""
+        return {**self.program(), "seed": self.seed, "seeds": self.seeds,
+                "num_dims": self.num_dims}  # fmt: skip
+
+    def identity(self) -> dict[str, Any]:
+        """The configuration, without what only names its seeds, length and the version."""
+        data = self.to_json()
+        for name in ("seed", "seeds", "generations", "esjax_version", "num_dims"):
+            data.pop(name)
+        return data
+
+    # ------------------------------------------------------------------ JSON
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "esjax_version": self.esjax_version,
+            "task_name": self.task_name,
+            "task": to_dict(self.task),
+            "strategy": self.strategy.to_dict(),
+            "popsize": self.popsize,
+            "num_dims": self.num_dims,
+            "rollouts": self.rollouts,
+            "generations": self.generations,
+            "scaling": self.scaling,
+            "seed": self.seed,
+            "seeds": self.seeds,
+            "overrides": list(self.overrides),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], source: str) -> RunConfig:
+        """A run config from ``config.json`` (or a checkpoint's copy of it).
+
+        Older run directories are read as they are: a config written before the first block
+        lacks ``popsize`` and ``num_dims`` (:attr:`missing_sizes`; the host resolves them from
+        the task, as that run's start did).
+        """
+        try:
+            strategy = data["strategy"]
+            return cls(
+                task_name=str(data["task_name"]),
+                task=parse_task(data["task"], f"{source}: task"),
+                strategy=StrategySpec(
+                    strategy["name"],
+                    strategy["algorithm"],
+                    dict(strategy["settings"]),
+                    strategy.get("description", ""),
+                ),
+                popsize=data.get("popsize") or 0,
+                num_dims=data.get("num_dims") or 0,
+                rollouts=int(data["rollouts"]),
+                generations=int(data["generations"]),
+                seed=int(data.get("seed", 0)),
+                seeds=int(data.get("seeds", 1)),
+                scaling=data.get("scaling"),
+                overrides=tuple(data.get("overrides") or ()),
+                esjax_version=str(data.get("esjax_version", "")),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            if isinstance(err, ConfigError):
+                raise
+            raise ConfigError(f"{source}: not a valid esjax run config ({err!r})") from None
+
+    @property
+    def missing_sizes(self) -> bool:
+        """True for a config from before sizes were resolved up front (popsize, num_dims)."""
+        return self.popsize <= 0 or self.num_dims <= 0

@@ -10,27 +10,26 @@ config is checked: non-finite numbers and a generation that cannot fit in memory
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from esjax import memory
 from esjax.config import (
     ConfigError,
+    RunConfig,
+    StrategySpec,
     TaskConfig,
     apply_overrides,
     check_finite,
     parse_override,
-    parse_task,
     to_dict,
 )
 from esjax.lifecycle import Interrupted, LostProcess, Run, RunSummary
-
-if TYPE_CHECKING:
-    from esjax.strategies import StrategySpec
 
 __all__ = ["Interrupted", "LostProcess", "RunSummary", "build_engine", "evolve", "resolve_config"]
 
@@ -43,15 +42,9 @@ def _load_task(
     task: str | Path | TaskConfig, overrides: Sequence[str]
 ) -> tuple[str, TaskConfig, dict]:
     """``(name, parsed task, raw table before overrides)``."""
-    from esjax.presets import locate
+    from esjax.presets import load_task
 
-    if isinstance(task, TaskConfig):
-        raw = to_dict(task)
-        name = Path(task.env).stem.lower() or "task"
-        source = "task"
-    else:
-        name, raw, source = locate("task", str(task))
-    return name, parse_task(apply_overrides(raw, overrides), source), raw
+    return load_task(task, overrides)
 
 
 def resolve_config(
@@ -64,8 +57,8 @@ def resolve_config(
     seed: int = 0,
     seeds: int = 1,
     overrides: Sequence[str] = (),
-) -> dict[str, Any]:
-    """The resolved, JSON-able config of a new run (what ``config.json`` holds)."""
+) -> RunConfig:
+    """The resolved config of a new run (what ``config.json`` holds), before anything is written."""
     from esjax.strategies import load_strategy, resolve_popsize
     from esjax.tasks import check_task
 
@@ -100,20 +93,21 @@ def resolve_config(
     spec, run_generations, scaling = apply_popsize_rule(
         task_config, spec, popsize, generations, overrides
     )
-
-    return {
-        "esjax_version": __version__,
-        "task_name": name,
-        "task": to_dict(task_config),
-        "strategy": spec.to_dict(),
-        "popsize": popsize or task_config.popsize,  # None: the strategy's own default
-        "rollouts": rollouts or _run_rollouts(task_config, spec, overrides),
-        "generations": run_generations,
-        "scaling": scaling,
-        "seed": seed,
-        "seeds": seeds,
-        "overrides": overrides,
-    }
+    num_dims = member_size(task_config, name)
+    return RunConfig(
+        task_name=name,
+        task=task_config,
+        strategy=spec,
+        popsize=resolve_popsize(spec, num_dims, popsize or task_config.popsize),
+        num_dims=num_dims,
+        rollouts=rollouts or _run_rollouts(task_config, spec, overrides),
+        generations=run_generations,
+        seed=seed,
+        seeds=seeds,
+        scaling=scaling,
+        overrides=tuple(overrides),
+        esjax_version=__version__,
+    )
 
 
 def _run_rollouts(task_config: TaskConfig, spec: StrategySpec, overrides: Sequence[str]) -> int:
@@ -123,7 +117,43 @@ def _run_rollouts(task_config: TaskConfig, spec: StrategySpec, overrides: Sequen
     return task_config.rollouts * spec.settings["rollouts_multiplier"]
 
 
-def build_engine(config: dict[str, Any]):
+def task_rollout(task: TaskConfig, source: str) -> Any:
+    """The task's rollout, built once per task in this process (sizing, memory check, engine)."""
+    from esjax.tasks import make_rollout
+
+    key = json.dumps(to_dict(task), sort_keys=True)
+    if key not in _ROLLOUTS:
+        while len(_ROLLOUTS) >= _MAX_ENGINES:
+            _ROLLOUTS.pop(next(iter(_ROLLOUTS)))
+        _ROLLOUTS[key] = make_rollout(task, source=source)
+    return _ROLLOUTS[key]
+
+
+def member_size(task: TaskConfig, source: str) -> int:
+    """Parameters per member of the task's policy, from shapes alone (nothing is allocated)."""
+    import jax
+
+    from esjax.engine import flat_template
+
+    template, _ = flat_template(task_rollout(task, source), jax.random.key(0))
+    return int(template.size)
+
+
+def complete_sizes(config: RunConfig) -> RunConfig:
+    """An older run's config with the popsize and member size its first block would have found."""
+    from esjax.strategies import resolve_popsize
+
+    if not config.missing_sizes:
+        return config
+    num_dims = member_size(config.task, config.task_name)
+    popsize = config.popsize or config.task.popsize
+    spec = _strategy_spec(config)
+    return dataclasses.replace(
+        config, num_dims=num_dims, popsize=resolve_popsize(spec, num_dims, popsize)
+    )
+
+
+def build_engine(config: RunConfig):
     """``(task, engine)`` for a resolved config.
 
     Engines are kept for the life of the process (a few at most), so evolving, resuming or
@@ -131,20 +161,16 @@ def build_engine(config: dict[str, Any]):
     """
     import jax
 
-    def cache_key(popsize):
-        parts = {k: config.get(k) for k in ("task", "strategy", "rollouts")}
-        return json.dumps({**parts, "popsize": popsize}, sort_keys=True) + repr(jax.devices())
-
-    key = cache_key(config.get("popsize"))
+    key = config.program_key() + repr(jax.devices())
     if key not in _ENGINES:
         while len(_ENGINES) >= _MAX_ENGINES:
             _ENGINES.pop(next(iter(_ENGINES)))
-        built = _build_engine(config)
-        _ENGINES[key] = _ENGINES[cache_key(built[1].popsize)] = built
+        _ENGINES[key] = _build_engine(config)
     return _ENGINES[key]
 
 
 _ENGINES: dict[str, Any] = {}
+_ROLLOUTS: dict[str, Any] = {}
 _MAX_ENGINES = 4
 
 
@@ -153,41 +179,37 @@ def clear_engine_cache() -> None:
     import jax
 
     _ENGINES.clear()
+    _ROLLOUTS.clear()
     jax.clear_caches()
 
 
-def _strategy_spec(config: dict[str, Any]):
-    from esjax.strategies import StrategySpec, resolve_settings
+def _strategy_spec(config: RunConfig) -> StrategySpec:
+    """The run's strategy with settings esjax added since the run was made at their defaults."""
+    from esjax.strategies import resolve_settings
 
-    s = config["strategy"]
-    settings = resolve_settings(s["algorithm"], [(s["settings"], "config")])
-    return StrategySpec(s["name"], s["algorithm"], settings, s.get("description", ""))
+    spec = config.strategy
+    settings = resolve_settings(spec.algorithm, [(spec.settings, "config")])
+    return dataclasses.replace(spec, settings=settings)
 
 
-def check_memory(config: dict[str, Any], rollout: Any = None) -> None:
+def check_memory(config: RunConfig) -> None:
     """Refuse, from shapes only, a config whose generation cannot fit in the device's memory.
 
     Runs before anything allocates a member's parameters (building the engine does); a config
     that passed once in this process is not estimated again.
     """
-    from esjax.strategies import build_strategy, resolve_popsize
-    from esjax.tasks import make_rollout
+    from esjax.strategies import build_strategy
 
-    key = json.dumps({k: config.get(k) for k in ("task", "strategy", "rollouts", "popsize",
-                                                  "seeds")}, sort_keys=True)  # fmt: skip
+    key = json.dumps({**config.program(), "seeds": config.seeds}, sort_keys=True)
     if key in _FITS:
         return
     spec = _strategy_spec(config)
-    if rollout is None:
-        task = parse_task(config["task"], "config")
-        rollout = make_rollout(task, source=config["task_name"])
-    popsize = config.get("popsize")
     needs = memory.estimate(
-        rollout,
-        lambda num_dims: build_strategy(spec, num_dims, popsize),
-        lambda num_dims: resolve_popsize(spec, num_dims, popsize),
-        seeds=int(config.get("seeds", 1)),
-        rollouts=config["rollouts"],
+        task_rollout(config.task, config.task_name),
+        lambda num_dims: build_strategy(spec, num_dims, config.popsize),
+        lambda num_dims: config.popsize,
+        seeds=config.seeds,
+        rollouts=config.rollouts,
     )
     memory.check_fits(needs)
     _FITS.add(key)
@@ -196,38 +218,36 @@ def check_memory(config: dict[str, Any], rollout: Any = None) -> None:
 _FITS: set[str] = set()
 
 
-def _build_engine(config: dict[str, Any]):
+def _build_engine(config: RunConfig):
     from esjax.engine import keep_programs, make_engine
     from esjax.strategies import build_strategy, strategy_cost_hint
-    from esjax.tasks import make_rollout
 
-    task = parse_task(config["task"], "config")
+    task = config.task
     spec = _strategy_spec(config)
     # Training and evaluation episodes differ only in their keys, so one rollout serves both.
-    rollout = make_rollout(task, source=config["task_name"])
-    check_memory(config, rollout)  # building the engine allocates a member's parameters
+    rollout = task_rollout(task, config.task_name)
+    check_memory(config)  # building the engine allocates a member's parameters
     engine = make_engine(
         rollout,
         rollout,
-        lambda n: build_strategy(spec, n, config.get("popsize")),
-        rollouts=config["rollouts"],
+        lambda n: build_strategy(spec, n, config.popsize),
+        rollouts=config.rollouts,
         block=min(task.evaluation.every, MAX_BLOCK),
         eval_episodes=task.evaluation.episodes,
         normalize_obs=task.normalize_obs,
     )
     # Later processes with this config read its programs back instead of tracing them again.
-    built_from = {k: config.get(k) for k in ("task", "strategy", "rollouts", "popsize")}
-    engine = keep_programs(engine, built_from)
-    steps = config["rollouts"] * engine.rollout.episode_length
+    engine = keep_programs(engine, config.program())
+    steps = config.rollouts * engine.rollout.episode_length
     hint = strategy_cost_hint(spec, engine.num_dims, engine.popsize, steps)
     if hint:
         warnings.warn(hint, stacklevel=4)
     return task, engine
 
 
-def _default_run_dir(config: dict[str, Any]) -> Path:
+def _default_run_dir(config: RunConfig) -> Path:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    base = Path("runs") / f"{config['task_name']}-{config['strategy']['name']}-{stamp}"
+    base = Path("runs") / f"{config.task_name}-{config.strategy.name}-{stamp}"
     path, i = base, 1
     while path.exists():
         i += 1
@@ -274,7 +294,7 @@ def evolve(
             raise ConfigError("resume needs the run directory (out=...)")
         given = (task, strategy, popsize, rollouts, seeds, overrides)
         run = Run.reopen(out, generations=generations, **timing,
-                         check=lambda config: _check_resume_args(config, *given))  # fmt: skip
+                         prepare=lambda config: _prepare_resume(config, *given))  # fmt: skip
     else:
         config = resolve_config(
             task,
@@ -319,20 +339,21 @@ def evolve(
         return run.finish()
 
 
-def _check_resume_args(config, task, strategy, popsize, rollouts, seeds, overrides) -> None:
+def _prepare_resume(
+    config: RunConfig, task, strategy, popsize, rollouts, seeds, overrides
+) -> RunConfig:
     """On resume the run's own config rules; an argument that contradicts it is an error."""
-    if isinstance(task, str) and not task.endswith(".toml") and task != config["task_name"]:
-        raise ConfigError(f"this run is task {config['task_name']!r}, not {task!r}")
+    if isinstance(task, str) and not task.endswith(".toml") and task != config.task_name:
+        raise ConfigError(f"this run is task {config.task_name!r}, not {task!r}")
+    config = complete_sizes(config)
     given = {"strategy": strategy, "popsize": popsize, "rollouts": rollouts}
-    stored = {
-        "strategy": config["strategy"]["name"],
-        "popsize": config.get("popsize"),
-        "rollouts": config["rollouts"],
-    }
+    stored = {"strategy": config.strategy.name, "popsize": config.popsize,
+              "rollouts": config.rollouts}  # fmt: skip
     for key, value in given.items():
         if value is not None and value != stored[key]:
             raise ConfigError(f"cannot change {key} on resume (run has {stored[key]!r})")
-    if seeds not in (1, config["seeds"]):
-        raise ConfigError(f"cannot change seeds on resume (run has {config['seeds']})")
-    if overrides and list(overrides) != list(config.get("overrides", [])):
+    if seeds not in (1, config.seeds):
+        raise ConfigError(f"cannot change seeds on resume (run has {config.seeds})")
+    if overrides and list(overrides) != list(config.overrides):
         raise ConfigError("cannot change overrides (--set) on resume")
+    return config

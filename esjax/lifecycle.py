@@ -12,7 +12,8 @@ A run can be killed at any instant and resumed to the same result:
 * **One writer.** The writer holds an exclusive ``flock`` on ``run.lock`` in the directory from
   before it writes anything until it exits; the kernel drops it however the process ends, so
   there are no stale locks. A second run, resume or overwrite of a live run is refused.
-* **Resumable from the start.** ``config.json`` is written as soon as the lock is held; a run
+* **Resumable from the start.** ``config.json`` is written as soon as the lock is held, and
+  never again (a resume that goes further records its target in the checkpoint); a run
   directory with a config and no checkpoint resumes from generation 0 (the seeds decide it).
 * **Stop signals.** SIGTERM, SIGINT, SIGHUP and SIGUSR1 (what schedulers, containers and
   Ctrl-C send before a kill) only set a flag; the loop finishes the block in flight,
@@ -41,11 +42,7 @@ from typing import Any
 import numpy as np
 
 from esjax import runs
-from esjax.config import ConfigError, parse_task
-
-# Config keys a checkpoint must agree on with config.json to be resumed.
-_ENGINE_KEYS = ("task", "strategy", "popsize", "rollouts", "seed", "seeds", "num_dims")
-
+from esjax.config import ConfigError, RunConfig
 
 # What Ctrl-C, schedulers (Slurm, Kubernetes, `docker stop`) and hang-ups send before a kill.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
@@ -277,11 +274,14 @@ class Run:
     :meth:`begin`, the loop of :meth:`record` calls, and :meth:`finish`.
     """
 
-    def __init__(self, run_dir: Path, config: dict[str, Any], *, resumed: bool, writer: bool,
+    def __init__(self, run_dir: Path, config: RunConfig, *, resumed: bool, writer: bool,
                  checkpoint_every_s: float, lock: RunLock | None = None,
-                 created: bool = False):  # fmt: skip
+                 created: bool = False, target: int | None = None):  # fmt: skip
         self.run_dir = run_dir
         self.config = config
+        # Generations to reach: config.generations, unless a resume asked for more (or the
+        # checkpoint of an earlier such resume says so; config.json is never rewritten).
+        self._target = target
         self.resumed = resumed
         self.writer = writer
         self.checkpoint_every_s = checkpoint_every_s
@@ -296,7 +296,7 @@ class Run:
 
     # ------------------------------------------------------------------ claiming the directory
     @classmethod
-    def create(cls, run_dir: str | Path, config: dict[str, Any], *, overwrite: bool,
+    def create(cls, run_dir: str | Path, config: RunConfig, *, overwrite: bool,
                writer: bool, checkpoint_every_s: float) -> Run:  # fmt: skip
         """A new run in ``run_dir`` (refused if it holds anything unless ``overwrite``).
 
@@ -306,7 +306,7 @@ class Run:
         if writer:
             lock, created = claim(run_dir, resume=False, overwrite=overwrite)
             try:
-                runs.write_json(run_dir / runs.CONFIG, config)
+                runs.write_run_config(run_dir, config)
             except OSError as err:
                 if created:
                     shutil.rmtree(run_dir, ignore_errors=True)
@@ -319,10 +319,11 @@ class Run:
     @classmethod
     def reopen(cls, run_dir: str | Path, *, generations: int | None, writer: bool,
                checkpoint_every_s: float,
-               check: Callable[[dict[str, Any]], None] | None = None) -> Run:  # fmt: skip
+               prepare: Callable[[RunConfig], RunConfig] | None = None) -> Run:  # fmt: skip
         """The run in ``run_dir``, to continue (to ``generations`` in all, when given).
 
-        ``check(config)`` may refuse the run's config (arguments that contradict it).
+        ``prepare(config)`` may refuse the run's config (arguments that contradict it) and
+        returns the config to run (an older run's, completed).
         """
         if generations is not None and (not isinstance(generations, int) or generations <= 0):
             raise ConfigError(f"generations must be a positive integer, got {generations!r}")
@@ -331,16 +332,14 @@ class Run:
             lock, _ = claim(run_dir, resume=True, overwrite=False)
         try:
             config = runs.read_run_config(run_dir)
-            if check is not None:
-                check(config)
+            if prepare is not None:
+                config = prepare(config)
         except BaseException:
             if lock is not None:
                 lock.release()
             raise
-        if generations is not None:
-            config["generations"] = generations
-        return cls(run_dir, config, resumed=True, writer=writer,
-                   checkpoint_every_s=checkpoint_every_s, lock=lock)  # fmt: skip
+        return cls(run_dir, config, resumed=True, writer=writer, lock=lock,
+                   checkpoint_every_s=checkpoint_every_s, target=generations)  # fmt: skip
 
     def release(self) -> None:
         """Give up the directory without running (what ``with run:`` does on leaving)."""
@@ -350,7 +349,7 @@ class Run:
     # ------------------------------------------------------------------ the run
     @property
     def total(self) -> int:
-        return int(self.config["generations"])
+        return self._target or self.config.generations
 
     @property
     def generation(self) -> int:
@@ -362,7 +361,7 @@ class Run:
 
     @property
     def seed_ids(self) -> np.ndarray:
-        return np.arange(self.config["seed"], self.config["seed"] + int(self.config["seeds"]))
+        return np.asarray(self.config.seed_ids)
 
     def wall(self) -> float:
         """Seconds this run has taken, across resumes, counted from building the engine."""
@@ -437,9 +436,6 @@ class Run:
         import jax.numpy as jnp
 
         self.engine = engine
-        config = self.config
-        config["popsize"] = engine.popsize
-        config["num_dims"] = engine.num_dims
         seeds = len(self.seed_ids)
         template = engine.init(jnp.asarray(self.seed_ids, jnp.int32))
         has_checkpoint = any(
@@ -460,8 +456,6 @@ class Run:
             if self.resumed and self.writer:
                 runs.truncate_metrics(self.run_dir, 0)
             state, host = template, fresh
-        if self.writer:
-            runs.write_json(self.run_dir / runs.CONFIG, config)
         self._wall_offset = host.wall_s
         self.progress = Progress(state, host)
         self._last_checkpoint = time.perf_counter()
@@ -471,12 +465,12 @@ class Run:
         start of this run (``template``, ``fresh``) holds."""
         from esjax.engine import check_arrays, from_host
 
-        engine, config = self.engine, self.config
+        engine = self.engine
         checkpoint = runs.load_checkpoint(self.run_dir)
         meta = checkpoint.meta
-        for key in _ENGINE_KEYS:
-            if meta["config"].get(key) != config.get(key):
-                raise ConfigError(f"{self.run_dir}: checkpoint and config.json disagree on {key!r}")
+        _check_same_run(self.run_dir, meta, self.config)
+        if self._target is None:  # an earlier resume may have asked for more generations
+            self._target = meta.get("target_generations")
         expected = checkpoint_arrays(template, fresh)
         try:
             arrays = migrate_checkpoint(checkpoint, template).arrays
@@ -526,7 +520,12 @@ class Run:
             state, host = self.progress.state, self.progress.host
             _save_policies(self.run_dir, self.engine, state, host)
             arrays = checkpoint_arrays(state, host)
-            runs.save_checkpoint(self.run_dir, {**host.meta(), "config": self.config}, arrays)
+            meta = {
+                **host.meta(),
+                "config": self.config.to_json(),
+                "target_generations": self.total,
+            }
+            runs.save_checkpoint(self.run_dir, meta, arrays)
             self.saved_generation = host.generation
         self._last_checkpoint = time.perf_counter()
 
@@ -543,7 +542,7 @@ class Run:
         from esjax.saved import verdict
 
         host = self.progress.host
-        task = parse_task(self.config["task"], "config")
+        task = self.config.task
         final = jax.device_get(self.engine.evaluate(self.state))
         finite_best = host.best_eval[np.isfinite(host.best_eval)]
         judged = None
@@ -562,6 +561,14 @@ class Run:
         if self.writer:
             runs.write_json(self.run_dir / runs.SUMMARY, _summary_json(summary, host, final))
         return summary
+
+
+def _check_same_run(run_dir: Path, meta: dict[str, Any], config: RunConfig) -> None:
+    """A checkpoint resumes only the run whose state it holds (same program, seeds, sizes)."""
+    saved = RunConfig.from_json(meta["config"], f"{run_dir}/{runs.CHECKPOINT}").state_key()
+    for key, value in config.state_key().items():
+        if saved.get(key) != value:
+            raise ConfigError(f"{run_dir}: checkpoint and config.json disagree on {key!r}")
 
 
 def _summary_json(summary: RunSummary, host: HostState, final: dict) -> dict[str, Any]:

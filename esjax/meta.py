@@ -71,7 +71,7 @@ def run_seeds(run_dir: str | Path) -> int:
     """How many seeds a run directory holds."""
     from esjax import runs
 
-    return int(runs.read_run_config(run_dir).get("seeds", 1))
+    return runs.read_run_config(run_dir).seeds
 
 
 def seed_means(
@@ -158,17 +158,13 @@ def grid_axes(run_dir: str | Path, specs: Sequence[str] = ()) -> dict[str, tuple
                 f"got {', '.join(specs)}"
             )
         return axes
-    from esjax.config import parse_task, to_dict
+    from esjax.config import to_dict
 
     config = runs.read_run_config(run_dir)
-    task = config.get("task", {})
-    if task.get("grid"):
-        grid = to_dict(parse_task(task, f"{run_dir}/{runs.CONFIG}").grid)
-    else:
-        grid = _preset_grid(config)
+    grid = to_dict(config.task.grid) if config.task.grid else _preset_grid(config)
     if not grid:
         raise ConfigError(
-            f"task {config.get('task_name', '?')!r} has no grid: add a [grid] table to its preset "
+            f"task {config.task_name!r} has no grid: add a [grid] table to its preset "
             '(rows = { param = "m", values = [0.5, 1, 2] } and columns likewise) or pass two '
             "--grid-axis NAME=LOW:HIGH:COUNT"
         )
@@ -178,16 +174,16 @@ def grid_axes(run_dir: str | Path, specs: Sequence[str] = ()) -> dict[str, tuple
     }
 
 
-def _preset_grid(config: dict[str, Any]) -> dict[str, Any]:
-    from esjax.config import parse_task, to_dict
-    from esjax.presets import locate
+def _preset_grid(config: Any) -> dict[str, Any]:
+    """The grid of the preset the run was made from, when the run's env is still that one."""
+    from esjax.config import to_dict
+    from esjax.presets import load_task
 
     try:
-        _, raw, source = locate("task", str(config.get("task_name")))
-        preset = parse_task(raw, source)
+        _, preset, _ = load_task(config.task_name)
     except ConfigError:
         return {}
-    return to_dict(preset.grid) if preset.env == config.get("task", {}).get("env") else {}
+    return to_dict(preset.grid) if preset.env == config.task.env else {}
 
 
 def _inside(value: float, dist: Any, fixed: float) -> bool:
@@ -271,7 +267,6 @@ def evaluate_grid(
     which: str = "final",
 ) -> dict[str, Any]:
     """Mean and std of the test return per cell, and which cells the training sampler covers."""
-    from esjax.config import parse_task
     from esjax.saved import make_test_rollout
     from esjax.tasks import check_param_names
 
@@ -282,7 +277,7 @@ def evaluate_grid(
         raise ConfigError(f"a grid has two parameters, got {len(names)}")
     built = make_test_rollout(run_dir)
     check_param_names(names, built[1].env_params, "--grid")
-    task = parse_task(built[0]["task"], f"{run_dir}/config.json")
+    task = built[0].task
     fixed = {n: float(getattr(built[1].env_params, n)) for n in names}
     dists = {n: task.env_sampler.get(n) for n in names}
     returns = grid_returns(run_dir, axes, episodes, seed, which, _built=built)
@@ -290,7 +285,7 @@ def evaluate_grid(
     inside = [[a and b for b in cols] for a in rows]
     return {
         "run": str(run_dir),
-        "task": built[0].get("task_name"),
+        "task": built[0].task_name,
         "which": which,
         "seed": seed,
         "episodes": episodes,

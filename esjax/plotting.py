@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from esjax.config import RunConfig
 from esjax.stats import half_widths
 
 X_AXES = {"generations": "generation", "env_steps": "env_steps", "wall_s": "wall_s"}
@@ -26,7 +27,6 @@ X_LABELS = {
     "wall_s": "wall-clock time (s)",
 }
 # Keys of config.json that may differ between runs (seeds) of one configuration.
-_RUN_ONLY_KEYS = frozenset({"seed", "seeds", "generations", "esjax_version", "num_dims"})
 
 Rows = Sequence[Mapping[str, Any]]
 
@@ -174,11 +174,10 @@ def group_runs(run_dirs: Sequence[str | Path]) -> list[Group]:
     """Runs whose configs differ only in seed or length form one group, in order of appearance."""
     from esjax.runs import load_metrics, read_run_config
 
-    keyed: dict[str, list[tuple[Path, dict[str, Any], Rows]]] = {}
+    keyed: dict[str, list[tuple[Path, RunConfig, Rows]]] = {}
     for run in map(Path, run_dirs):
         config = read_run_config(run)
-        identity = {k: v for k, v in config.items() if k not in _RUN_ONLY_KEYS}
-        key = json.dumps(identity, sort_keys=True, default=str)
+        key = json.dumps(config.identity(), sort_keys=True, default=str)
         keyed.setdefault(key, []).append((run, config, load_metrics(run)))
     labels = [config_label(members[0][1]) for members in keyed.values()]
     groups = []
@@ -189,14 +188,11 @@ def group_runs(run_dirs: Sequence[str | Path]) -> list[Group]:
     return groups
 
 
-def config_label(config: Mapping[str, Any]) -> str:
-    """``"pendulum · open_es · pop 256"`` from a run's ``config.json``."""
-    strategy = config.get("strategy")
-    if isinstance(strategy, Mapping):
-        strategy = strategy.get("name")
-    parts = [config.get("task_name"), strategy]
-    if config.get("popsize"):
-        parts.append(f"pop {config['popsize']}")
+def config_label(config: RunConfig) -> str:
+    """``"pendulum · open_es · pop 256"`` from a run's config."""
+    parts = [config.task_name, config.strategy.name]
+    if config.popsize:
+        parts.append(f"pop {config.popsize}")
     return " · ".join(str(p) for p in parts if p) or "run"
 
 
@@ -215,10 +211,7 @@ def solved_return_of(run_dirs: Sequence[str | Path]) -> float | None:
     """The tasks' solve threshold when all runs share one, else ``None``."""
     from esjax.runs import read_run_config
 
-    values = set()
-    for run in run_dirs:
-        task = read_run_config(Path(run)).get("task")
-        values.add(task.get("solved_return") if isinstance(task, Mapping) else None)
+    values = {read_run_config(Path(run)).task.solved_return for run in run_dirs}
     return values.pop() if len(values) == 1 else None
 
 

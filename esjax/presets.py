@@ -5,10 +5,19 @@ This module finds and lists files; what their fields mean is :mod:`esjax.config`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from esjax.config import ConfigError, load_toml, suggest
+from esjax.config import (
+    ConfigError,
+    TaskConfig,
+    apply_overrides,
+    load_toml,
+    parse_task,
+    suggest,
+    to_dict,
+)
 
 FOLDERS = {"task": "tasks", "strategy": "strategies"}
 _HERE = Path(__file__).resolve().parent
@@ -46,6 +55,21 @@ def locate(kind: str, name_or_path: str) -> tuple[str, dict[str, Any], str]:
         )
     path = preset_dir(kind) / f"{name_or_path}.toml"
     return name_or_path, load_toml(path), f"{FOLDERS[kind]}/{name_or_path}.toml"
+
+
+def load_task(
+    task: str | Path | TaskConfig, overrides: Sequence[str] = ()
+) -> tuple[str, TaskConfig, dict]:
+    """``(name, task, table before overrides)`` of a preset name, a ``.toml`` path or a task.
+
+    The one place a task preset is read and validated (``--set`` overrides applied first).
+    """
+    if isinstance(task, TaskConfig):
+        raw, source = to_dict(task), "task"
+        name = Path(task.env).stem.lower() or "task"
+    else:
+        name, raw, source = locate("task", str(task))
+    return name, parse_task(apply_overrides(raw, overrides), source), raw
 
 
 def describe(kind: str) -> list[tuple[str, str]]:

@@ -45,7 +45,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from flax import serialization
 
-from esjax.config import ConfigError
+from esjax.config import ConfigError, RunConfig
 
 CONFIG = "config.json"
 METRICS = "metrics.jsonl"
@@ -175,16 +175,24 @@ def _reason(err: OSError) -> str:
     return err.strerror or str(err) or type(err).__name__
 
 
-def read_run_config(run_dir: str | Path) -> dict[str, Any]:
+def read_run_config(run_dir: str | Path) -> RunConfig:
     """The resolved config a run was started with (``config.json``)."""
     warn_about_pickles(run_dir)
     path = Path(run_dir) / CONFIG
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except FileNotFoundError as err:
         raise ConfigError(f"{run_dir}: not an esjax run directory (no {CONFIG})") from err
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: not valid JSON: {err}") from err
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: not an esjax run config")
+    return RunConfig.from_json(data, str(path))
+
+
+def write_run_config(run_dir: str | Path, config: RunConfig) -> None:
+    """Write ``config.json``: once, when the run is created."""
+    write_json(Path(run_dir) / CONFIG, config.to_json())
 
 
 def warn_about_pickles(run_dir: str | Path) -> list[Path]:

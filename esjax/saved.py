@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from esjax import runs
-from esjax.config import ConfigError, TaskConfig, parse_task
+from esjax.config import ConfigError, RunConfig, TaskConfig, to_dict
 from esjax.engine import flat_template, seed_keys
 from esjax.episode import EpisodeStep, episode_keys, split_step_key, step_keys
 from esjax.rollout import ObsStats
@@ -40,21 +40,22 @@ TEST_EPISODES = 128
 
 
 # ---------------------------------------------------------------------------- a rollout for tests
-def make_test_rollout(run_dir: str | Path, split: str | None = None) -> tuple[dict, Any]:
+def make_test_rollout(run_dir: str | Path, split: str | None = None) -> tuple[RunConfig, Any]:
     """``(config, rollout)``: the run's config and a rollout of its task (and split) for testing.
 
     Rollouts are shared between runs of the same task in one process (a sweep's
     configurations, the seeds of a run), so each compiles once.
     """
     config = runs.read_run_config(run_dir)
-    task_json = json.dumps(config["task"], sort_keys=True)
-    return config, _rollout_of(task_json, split, str(run_dir))
+    key = (json.dumps(to_dict(config.task), sort_keys=True), split)
+    if key not in _TEST_ROLLOUTS:
+        while len(_TEST_ROLLOUTS) >= 8:
+            _TEST_ROLLOUTS.pop(next(iter(_TEST_ROLLOUTS)))
+        _TEST_ROLLOUTS[key] = make_rollout(config.task, split=split, source=str(run_dir))
+    return config, _TEST_ROLLOUTS[key]
 
 
-@functools.lru_cache(maxsize=8)
-def _rollout_of(task_json: str, split: str | None, source: str) -> Any:
-    task = parse_task(json.loads(task_json), f"{source}/{runs.CONFIG}")
-    return make_rollout(task, split=split, source=source)
+_TEST_ROLLOUTS: dict[tuple[str, str | None], Any] = {}
 
 
 @functools.lru_cache(maxsize=8)
@@ -74,7 +75,7 @@ class SavedPolicy:
     """One seed's saved policy with the run's config and a rollout of its task."""
 
     run_dir: Path
-    config: dict[str, Any]
+    config: RunConfig
     task: TaskConfig
     which: str
     seed: int  # the seed's index within the run
@@ -89,11 +90,11 @@ class SavedPolicy:
         which: str = "final",
         seed: int = 0,
         *,
-        built: tuple[dict, Any] | None = None,
+        built: tuple[Any, Any] | None = None,
     ) -> SavedPolicy:
         """Read ``which`` policy of seed index ``seed``; ``built``: a :func:`make_test_rollout`."""
         config, rollout = built or make_test_rollout(run_dir)
-        task = parse_task(config["task"], f"{run_dir}/{runs.CONFIG}")
+        task = config.task
         _, flat, stats = runs.read_policy(run_dir, which, seed)
         template, _ = flat_template(rollout, jax.random.key(0))
         if flat.shape != template.shape:
@@ -132,7 +133,7 @@ class SavedPolicy:
         """
         flat = np.zeros_like(self.flat) if zero else self.flat
         params = _one_member_population(self.rollout)(flat)
-        key = seed_keys(int(self.config["seed"]) + self.seed)["test"]
+        key = seed_keys(self.config.seed + self.seed)["test"]
         return key, params, self.obs_stats
 
     def test_returns(self, episodes: int = TEST_EPISODES, *, zero: bool = False) -> np.ndarray:
@@ -154,7 +155,7 @@ def evaluate_run(
     split: str | None = None,
     seed: int = 0,
     which: str = "final",
-    built: tuple[dict, Any] | None = None,
+    built: tuple[Any, Any] | None = None,
 ) -> dict[str, Any]:
     """Test returns of a saved policy on held-out episodes.
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,28 +32,10 @@ from esjax import algorithms
 from esjax.algorithms import OPTIMIZERS, SHAPING_FNS, Setting, settings_table
 from esjax.cache import remembered
 from esjax.cma import resolve_decomposition_every
-from esjax.config import ConfigError, suggest
+from esjax.config import ConfigError, StrategySpec, suggest
 from esjax.fitness import grouped_shaping
 
 __all__ = ["OPTIMIZERS", "Setting", "Strategy", "StrategySpec", "build_strategy", "load_strategy"]
-
-
-@dataclass(frozen=True)
-class StrategySpec:
-    """A resolved strategy preset: evosax class name and every setting (defaults filled in)."""
-
-    name: str
-    algorithm: str
-    settings: dict[str, Any] = field(default_factory=dict)
-    description: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "algorithm": self.algorithm,
-            "description": self.description,
-            "settings": dict(self.settings),
-        }
 
 
 def _check_value(name: str, value: Any, setting: Setting, where: str) -> Any:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from esjax import runs
-from esjax.config import ConfigError, parse_override, parse_task
+from esjax.config import ConfigError, RunConfig, parse_override
 from esjax.evolve import Interrupted
 from esjax.stats import interval_bounds
 
@@ -268,7 +268,7 @@ def read_spec(sweep_dir: str | Path) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- one program
-def structure(config: dict[str, Any], traced: Sequence[str]) -> str:
+def structure(config: RunConfig, traced: Sequence[str]) -> str:
     """What a compiled program depends on: the config without the traced numbers' values.
 
     The strategy's settings and the task's ``strategy_settings`` (where an override of one
@@ -279,21 +279,22 @@ def structure(config: dict[str, Any], traced: Sequence[str]) -> str:
     def without(settings: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in settings.items() if k not in traced}
 
-    kept = {k: v for k, v in config.items() if k not in ("overrides", "esjax_version")}
+    kept = config.to_json()
+    del kept["overrides"], kept["esjax_version"]
     sampler = {
         name: {k: v for k, v in dist.items() if f"{name}.{k}" not in traced}
-        for name, dist in (config["task"].get("env_sampler") or {}).items()
+        for name, dist in kept["task"]["env_sampler"].items()
     }
     task = {
-        **config["task"],
-        "strategy_settings": without(config["task"].get("strategy_settings") or {}),
+        **kept["task"],
+        "strategy_settings": without(kept["task"]["strategy_settings"]),
         "env_sampler": sampler,
     }
-    strategy = {**config["strategy"], "settings": without(config["strategy"]["settings"])}
+    strategy = {**kept["strategy"], "settings": without(kept["strategy"]["settings"])}
     return json.dumps({**kept, "task": task, "strategy": strategy}, sort_keys=True)
 
 
-def programs(grid: Sequence[Configuration], resolved: Sequence[dict[str, Any]]) -> list:
+def programs(grid: Sequence[Configuration], resolved: Sequence[RunConfig]) -> list:
     """``[(configuration indices, engine)]``: configurations that one program runs together.
 
     Configurations share a program when their configs differ only in numbers the engine
@@ -324,19 +325,18 @@ def _rows_of(tree: Any, part: slice, axis: int = 0) -> Any:
     return jax.tree.map(lambda x: np.asarray(x)[(slice(None),) * axis + (part,)], tree)
 
 
-def traced_values(config: dict[str, Any], engine: Any) -> dict[str, float]:
+def traced_values(config: RunConfig, engine: Any) -> dict[str, float]:
     """A config's values of the numbers that are arrays in ``engine``'s program."""
-    values = {n: config["strategy"]["settings"][n] for n in engine.hyper_names}
-    sampler = config["task"].get("env_sampler") or {}
+    values = {n: config.strategy.settings[n] for n in engine.hyper_names}
     for name in engine.bounds:
         param, field = name.rsplit(".", 1)
-        values[name] = float(sampler[param][field])
+        values[name] = float(getattr(config.task.env_sampler[param], field))
     return values
 
 
 def run_program(
     engine: Any,
-    members: Sequence[tuple[Path, dict[str, Any]]],
+    members: Sequence[tuple[Path, RunConfig]],
     *,
     sweep_dir: Path,
     log: Sequence[str] = (),
@@ -395,7 +395,7 @@ def _drive(engine, together, loggers, signals, sweep_dir) -> None:
     import jax
     import jax.numpy as jnp
 
-    task = parse_task(together[0].config["task"], "config")
+    task = together[0].config.task
     every = task.evaluation.every
     seeds = len(together[0].seed_ids)
     parts = [slice(c * seeds, (c + 1) * seeds) for c in range(len(together))]
@@ -493,7 +493,7 @@ def summarize(sweep_dir: Path, grid: Sequence[Configuration], spec: dict[str, An
         }
         for which, per_seed in _test_returns(run_dir, config, episodes, judged).items():
             entry[f"{which}_test_return"] = {"per_seed": per_seed, **interval(per_seed)}
-        threshold = config["task"].get("solved_return")
+        threshold = config.task.solved_return
         entry["solved_return"] = threshold
         per_seed_verdicts = None if judged is None else judged.solved_per_seed
         entry["solved_per_seed"] = None if per_seed_verdicts is None else list(per_seed_verdicts)
@@ -514,7 +514,7 @@ def summarize(sweep_dir: Path, grid: Sequence[Configuration], spec: dict[str, An
     }
 
 
-def _test_returns(run_dir: Path, config: dict, episodes: int, judged: Any) -> dict[str, list]:
+def _test_returns(run_dir: Path, config: RunConfig, episodes: int, judged: Any) -> dict[str, list]:
     """Per-seed mean test return of the final and best policy (the verdict's when it fits)."""
     from esjax.saved import TEST_EPISODES, evaluate_run, make_test_rollout
 
@@ -524,7 +524,7 @@ def _test_returns(run_dir: Path, config: dict, episodes: int, judged: Any) -> di
     return {
         which: [
             evaluate_run(run_dir, episodes, seed=s, which=which, built=built)["mean"]
-            for s in range(int(config["seeds"]))
+            for s in range(config.seeds)
         ]
         for which in ("final", "best")
     }

@@ -229,7 +229,7 @@ class RunLogger:
         if self.run_dir is None or not self.names:
             return
         if not self._opened:
-            config = runs.read_run_config(self.run_dir)
+            config = runs.read_run_config(self.run_dir).to_json()
             self.trackers = [_TRACKERS[name](self.run_dir, config) for name in self.names]
             self._opened = True
         path = self.run_dir / runs.METRICS

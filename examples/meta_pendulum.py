@@ -180,12 +180,10 @@ def tables_from_results(path: Path, preset: str, episodes: int) -> None:
 def analytic_record(results: dict, preset: str, episodes: int) -> dict:
     """Per seed: the analytic controller's and the zero action's mean test return per split."""
     from esjax import presets
-    from esjax.config import parse_task
     from esjax.engine import seed_keys
     from esjax.tasks import make_rollout
 
-    _, raw, source = presets.locate("task", preset.removesuffix(".toml"))
-    task = parse_task(raw, source)
+    _, task, _ = presets.load_task(preset.removesuffix(".toml"))
     seeds = _seed_ids(next(iter(results["runs"].values())))
     record: dict = {"budget": ANALYTIC, "seeds": seeds, "episodes": episodes}
     for split in results["splits"]:

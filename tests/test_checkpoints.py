@@ -79,7 +79,7 @@ def template(new_run):
     """The engine state a fresh start of ``run-v1``'s config begins from (generation 0)."""
     config = runs.read_run_config(new_run)
     engine = build_engine(config)[1]
-    return engine.init(jnp.arange(config["seed"], config["seed"] + config["seeds"]))
+    return engine.init(jnp.arange(config.seed, config.seed + config.seeds))
 
 
 def test_the_checked_in_run_is_a_version_1_checkpoint():

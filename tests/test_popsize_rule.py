@@ -35,8 +35,8 @@ def expected(popsize: int) -> tuple[int, float]:
 def test_pendulum_settings_follow_the_documented_rule(popsize):
     generations, decay = expected(popsize)
     config = resolve_config("pendulum", popsize=popsize)
-    settings = config["strategy"]["settings"]
-    assert config["generations"] == generations
+    settings = config.strategy.settings
+    assert config.generations == generations
     assert settings["lr_decay"] == pytest.approx(decay, rel=1e-12)
     assert settings["lr_decay"] ** generations == pytest.approx(
         REFERENCE_DECAY**REFERENCE_GENERATIONS, rel=1e-9
@@ -49,9 +49,9 @@ def test_pendulum_settings_follow_the_documented_rule(popsize):
     # What the rule leaves alone.
     assert settings["std_init"] == 0.15
     assert settings["env_groups"] == "auto"
-    assert config["task"]["generations"] == REFERENCE_GENERATIONS
+    assert config.task.generations == REFERENCE_GENERATIONS
     # The run records the rule's inputs and what it changed.
-    record = json.loads(json.dumps(config["scaling"]))
+    record = json.loads(json.dumps(config.scaling))
     assert record["reference_popsize"] == REFERENCE_POPSIZE
     assert record["budget_exponent"] == EXPONENT
     assert record["min_generations"] == MIN_GENERATIONS
@@ -62,43 +62,43 @@ def test_pendulum_settings_follow_the_documented_rule(popsize):
 
 def test_the_default_command_is_the_tuned_one():
     config = resolve_config("pendulum")
-    assert config["generations"] == REFERENCE_GENERATIONS
-    assert config["strategy"]["settings"]["lr_decay"] == REFERENCE_DECAY
-    assert config["strategy"]["settings"]["learning_rate"] == REFERENCE_LR
-    assert not config["scaling"]["applied"]
+    assert config.generations == REFERENCE_GENERATIONS
+    assert config.strategy.settings["lr_decay"] == REFERENCE_DECAY
+    assert config.strategy.settings["learning_rate"] == REFERENCE_LR
+    assert not config.scaling["applied"]
 
 
 def test_explicit_values_are_never_rescaled():
     config = resolve_config(
         "pendulum", popsize=2048, generations=99, overrides=["strategy_settings.lr_decay=0.9"]
     )
-    assert config["generations"] == 99
-    assert config["strategy"]["settings"]["lr_decay"] == 0.9
+    assert config.generations == 99
+    assert config.strategy.settings["lr_decay"] == 0.9
     config = resolve_config(
         "pendulum", popsize=4096, overrides=["strategy_settings.learning_rate=0.3"]
     )
-    assert config["strategy"]["settings"]["learning_rate"] == 0.3
+    assert config.strategy.settings["learning_rate"] == 0.3
     # An explicit generation count keeps the rule's decay (it depends on popsize only).
     config = resolve_config("pendulum", popsize=2048, generations=99)
-    assert config["strategy"]["settings"]["lr_decay"] == pytest.approx(expected(2048)[1])
+    assert config.strategy.settings["lr_decay"] == pytest.approx(expected(2048)[1])
 
 
 @pytest.mark.parametrize("task", ["cartpole", "acrobot", "mountaincar-continuous"])
 def test_every_task_follows_the_same_rule(task):
     base = resolve_config(task)
-    reference = base["scaling"]["reference_popsize"]
+    reference = base.scaling["reference_popsize"]
     config = resolve_config(task, popsize=4 * reference)
     # 4x the members: 2x the env steps in half the generations.
-    want = max(10, round(base["generations"] / 2))
-    assert config["generations"] == want
+    want = max(10, round(base.generations / 2))
+    assert config.generations == want
     for name in ("lr_decay", "std_decay"):
-        old = base["strategy"]["settings"].get(name)
+        old = base.strategy.settings.get(name)
         if old is not None:
-            new = config["strategy"]["settings"][name]
-            assert new == pytest.approx(old ** (base["generations"] / want))
+            new = config.strategy.settings[name]
+            assert new == pytest.approx(old ** (base.generations / want))
     # No lr_exponent in their [scaling]: the learning rate stays as tuned.
-    lr = base["strategy"]["settings"].get("learning_rate")
-    assert config["strategy"]["settings"].get("learning_rate") == lr
+    lr = base.strategy.settings.get("learning_rate")
+    assert config.strategy.settings.get("learning_rate") == lr
 
 
 def test_a_bad_scaling_table_is_one_line():

@@ -299,7 +299,7 @@ def test_a_reader_of_a_live_run_never_fails_to_parse(tmp_path):
             warnings.simplefilter("error")  # a damaged checkpoint would warn
             while proc.poll() is None or reads == 0:
                 config = runs.read_run_config(out)
-                assert config["task_name"] == "pendulum"
+                assert config.task_name == "pendulum"
                 rows = runs.load_metrics(out)
                 assert [r["generation"] for r in rows] == list(range(1, len(rows) + 1))
                 if (out / runs.CHECKPOINT).is_file():

@@ -63,11 +63,11 @@ def test_run_directory_contents(straight):
         "summary.json",
     } <= files
     config = read_run_config(straight.run_dir)
-    assert config["task"]["env"] == "Pendulum-v1"
-    assert config["task"]["policy"]["hidden"] == [8]
-    assert config["strategy"]["algorithm"] == "Open_ES"
-    assert config["popsize"] == 8 and config["seed"] == 0 and config["seeds"] == 1
-    assert config["generations"] == 12
+    assert config.task.env == "Pendulum-v1"
+    assert list(config.task.policy.hidden) == [8]
+    assert config.strategy.algorithm == "Open_ES"
+    assert config.popsize == 8 and config.seed == 0 and config.seeds == 1
+    assert config.generations == 12
     rows = load_metrics(straight.run_dir)
     assert [r["generation"] for r in rows] == list(range(1, 13))
     assert [r["generation"] for r in rows if "eval_return" in r] == [4, 8, 12]

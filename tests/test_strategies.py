@@ -111,14 +111,14 @@ def test_rollouts_multiplier_scales_the_tasks_episodes_unless_rollouts_are_given
 
     multiplier = load_strategy("cma_es").settings["rollouts_multiplier"]
     assert multiplier > 1  # the preset asks for quieter returns than one episode gives
-    assert resolve_config("pendulum")["rollouts"] == 1  # open_es: the task's own count
-    assert resolve_config("pendulum", strategy="cma_es")["rollouts"] == multiplier
-    assert resolve_config("pendulum-sign", strategy="cma_es")["rollouts"] == 8 * multiplier
+    assert resolve_config("pendulum").rollouts == 1  # open_es: the task's own count
+    assert resolve_config("pendulum", strategy="cma_es").rollouts == multiplier
+    assert resolve_config("pendulum-sign", strategy="cma_es").rollouts == 8 * multiplier
     # Rollouts given explicitly, as a flag or as a task override, are used as given.
-    assert resolve_config("pendulum", strategy="cma_es", rollouts=2)["rollouts"] == 2
-    assert resolve_config("pendulum", strategy="cma_es", overrides=["rollouts=3"])["rollouts"] == 3
+    assert resolve_config("pendulum", strategy="cma_es", rollouts=2).rollouts == 2
+    assert resolve_config("pendulum", strategy="cma_es", overrides=["rollouts=3"]).rollouts == 3
     over = ["strategy_settings.rollouts_multiplier=3"]
-    assert resolve_config("cartpole", strategy="xnes", overrides=over)["rollouts"] == 2 * 3
+    assert resolve_config("cartpole", strategy="xnes", overrides=over).rollouts == 2 * 3
     with pytest.raises(ConfigError, match="rollouts_multiplier must be a positive integer"):
         resolve_config("pendulum", overrides=["strategy_settings.rollouts_multiplier=0"])
 
@@ -127,8 +127,11 @@ def test_a_config_written_before_rollouts_multiplier_still_resumes():
     from esjax.evolve import _strategy_spec, resolve_config
 
     config = resolve_config("pendulum", strategy="cma_es")
-    del config["strategy"]["settings"]["rollouts_multiplier"]
-    config["rollouts"] = 1  # what such a run stored; a resume reads it, not the multiplier
+    settings = dict(config.strategy.settings)
+    del settings["rollouts_multiplier"]
+    strategy = dataclasses.replace(config.strategy, settings=settings)
+    # What such a run stored; a resume reads its rollouts, not the multiplier.
+    config = dataclasses.replace(config, strategy=strategy, rollouts=1)
     assert _strategy_spec(config).settings["rollouts_multiplier"] == 1
 
 

@@ -1,0 +1,85 @@
+"""The run configuration: typed, frozen, resolved once, written once.
+
+``config.json`` is the JSON form of :class:`esjax.config.RunConfig`; it round-trips for every
+preset, is never rewritten by building the engine or resuming (a resume that goes further
+keeps its target in the checkpoint), and run directories written by older versions open.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from esjax import presets, runs
+from esjax.config import ConfigError, RunConfig
+from esjax.evolve import evolve, resolve_config
+
+DATA = Path(__file__).parent / "data"
+TINY = ["episode_length=30", "evaluation.every=1", "evaluation.episodes=4"]
+
+
+@pytest.mark.parametrize("name", presets.names("task"))
+def test_every_preset_resolves_to_a_config_that_round_trips(name):
+    config = resolve_config(name)
+    assert config.popsize > 0 and config.num_dims > 0
+    data = json.loads(json.dumps(config.to_json()))  # as config.json holds it
+    assert RunConfig.from_json(data, "config.json") == config
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.popsize = 3  # type: ignore[misc]
+
+
+def test_what_matters_for_what_is_said_once():
+    a = resolve_config("pendulum", popsize=8, seeds=2, overrides=TINY)
+    b = resolve_config("pendulum", popsize=8, seed=5, seeds=3, overrides=TINY)
+    longer = resolve_config("pendulum", popsize=8, generations=7, overrides=TINY)
+    # Seeds and length never change the compiled program ...
+    assert a.program() == b.program() == longer.program()
+    assert a.identity() == b.identity()  # ... nor which configuration a run is
+    assert a.state_key() != b.state_key()  # but a checkpoint holds these seeds' state
+    c = resolve_config("pendulum", popsize=16, overrides=TINY)
+    assert c.program() != a.program() and c.identity() != a.identity()
+
+
+def test_config_json_is_written_once(tmp_path):
+    out = tmp_path / "run"
+    evolve("cartpole", popsize=8, generations=2, rollouts=1, out=out, overrides=TINY)
+    written = (out / runs.CONFIG).read_bytes()
+    evolve(None, out=out, resume=True, generations=4)
+    assert (out / runs.CONFIG).read_bytes() == written
+    # The resumed target lives in the checkpoint: a plain resume keeps it.
+    assert runs.load_checkpoint(out).meta["target_generations"] == 4
+    summary = evolve(None, out=out, resume=True)
+    assert summary.generations == 4
+    assert (out / runs.CONFIG).read_bytes() == written
+
+
+def test_a_run_killed_before_its_first_block_resumes_with_its_sizes_found(tmp_path):
+    """An older config.json without num_dims (its run never reached the first block, which
+    wrote it) resumes from generation 0 and leaves the file as it was."""
+    run_dir = tmp_path / "run-v1"
+    shutil.copytree(DATA / "run-v1", run_dir)
+    for name in (runs.CHECKPOINT, runs.PREV_CHECKPOINT, runs.METRICS, runs.SUMMARY):
+        (run_dir / name).unlink(missing_ok=True)
+    data = json.loads((run_dir / runs.CONFIG).read_text())
+    popsize, num_dims = data["popsize"], data.pop("num_dims")
+    (run_dir / runs.CONFIG).write_text(json.dumps(data))
+    written = (run_dir / runs.CONFIG).read_bytes()
+    assert runs.read_run_config(run_dir).missing_sizes
+    summary = evolve(None, out=run_dir, resume=True, generations=2)
+    assert summary.generations == 2
+    assert (run_dir / runs.CONFIG).read_bytes() == written
+    saved = runs.load_checkpoint(run_dir).meta["config"]
+    assert (saved["popsize"], saved["num_dims"]) == (popsize, num_dims)
+
+
+def test_a_damaged_config_is_one_line(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / runs.CONFIG).write_text(json.dumps({"task_name": "x"}))
+    with pytest.raises(ConfigError, match="not a valid esjax run config") as info:
+        runs.read_run_config(run_dir)
+    assert "\n" not in str(info.value)
