@@ -9,6 +9,7 @@ from esjax.evolve import Interrupted, RunSummary, evolve
 from esjax.rollout import ObsStats, PopulationRollout, RolloutResult, obs_moments
 from esjax.runs import load_metrics
 from esjax.sweeps import sweep
+from esjax.version import __version__
 
 # Imported on first use: the saved-policy path brings in the engine and every evosax
 # strategy (about 0.2 s), which commands such as ``esjax --help`` never need.
@@ -29,6 +30,7 @@ __all__ = [
     "RolloutResult",
     "RunSummary",
     "SavedPolicy",
+    "__version__",
     "evaluate_run",
     "evolve",
     "load_metrics",
@@ -38,4 +40,3 @@ __all__ = [
     "sweep",
     "use_cpu_cores",
 ]
-__version__ = "0.1.0"

@@ -19,7 +19,6 @@ Where no analytic controller is shipped, :data:`REFERENCES` names the reference 
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -155,28 +154,3 @@ def reference_returns(rollout: Any, key: jax.Array, episodes: int, baseline: str
         params = jax.tree.map(jnp.zeros_like, params)
     population = jax.tree.map(lambda x: x[None], params)
     return np.asarray(reference.population(key, population, episodes).returns[0])
-
-
-def baseline_returns(
-    run_dir: str | Path,
-    episodes: int,
-    split: str | None = None,
-    seed: int = 0,
-    baseline: str = "analytic",
-    *,
-    built: tuple[Any, Any] | None = None,
-) -> np.ndarray:
-    """Per-episode returns of a baseline on a run's test episodes (seed index ``seed``).
-
-    The episodes :func:`esjax.saved.evaluate_run` tests the run's policy on: the run's test
-    key root, its task and ``split``. ``built``: a :func:`~esjax.saved.make_test_rollout`.
-    """
-    from esjax.engine import seed_keys
-    from esjax.saved import make_test_rollout
-
-    check_baseline(baseline)
-    if not isinstance(episodes, int) or episodes <= 0:
-        raise ConfigError(f"episodes must be a positive integer, got {episodes!r}")
-    config, rollout = built or make_test_rollout(run_dir, split)
-    key = seed_keys(config.seed + seed)["test"]
-    return reference_returns(rollout, key, episodes, baseline)

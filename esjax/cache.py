@@ -21,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from esjax.files import atomic_write
+
 ENV_DISABLE = "ESJAX_NO_CACHE"
 ENV_DIR = "ESJAX_CACHE_DIR"
 ENV_MAX_MB = "ESJAX_CACHE_MAX_MB"
@@ -151,8 +153,6 @@ def kept_path(subdirectory: str, kind: str, key: Any, suffix: str) -> Path | Non
 
 def keep(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically; a cache that cannot be written is skipped."""
-    from esjax.runs import atomic_write
-
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, data)

@@ -441,8 +441,8 @@ def _check_task(task: str, overrides: tuple[str, ...]) -> None:
     from esjax import presets
     from esjax.tasks import check_task
 
-    name, config, _ = presets.load_task(task, overrides)
-    check_task(config, name)  # the library decides what an env id and its params are
+    _, config, _, source = presets.load_task(task, overrides)
+    check_task(config, source)  # the library decides what an env id and its params are
 
 
 def _finish_evolve(summary: Any, report: ProgressReport) -> None:
@@ -615,8 +615,7 @@ def _eval_baseline(
     """``eval --baseline``: the policy, the zero action and the reference on the same episodes."""
     import numpy as np
 
-    from esjax.baselines import baseline_returns
-    from esjax.saved import evaluate_run, make_test_rollout
+    from esjax.saved import baseline_returns, evaluate_run, make_test_rollout
 
     config, rollout = make_test_rollout(run, split)
     if baseline is Baseline.analytic:

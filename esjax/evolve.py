@@ -30,6 +30,7 @@ from esjax.config import (
     to_dict,
 )
 from esjax.lifecycle import Interrupted, LostProcess, Run, RunSummary
+from esjax.version import __version__
 
 __all__ = ["Interrupted", "LostProcess", "RunSummary", "build_engine", "evolve", "resolve_config"]
 
@@ -44,7 +45,8 @@ def _load_task(
     """``(name, parsed task, raw table before overrides)``."""
     from esjax.presets import load_task
 
-    return load_task(task, overrides)
+    name, parsed, raw, _ = load_task(task, overrides)
+    return name, parsed, raw
 
 
 def resolve_config(
@@ -87,7 +89,6 @@ def resolve_config(
         raise ConfigError(f"seeds must be a positive integer, got {seeds!r}")
     if not isinstance(seed, int) or seed < 0:
         raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
-    from esjax import __version__
     from esjax.popsize_rule import apply_popsize_rule
 
     spec, run_generations, scaling = apply_popsize_rule(

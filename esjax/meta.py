@@ -91,7 +91,7 @@ def seed_means(
     """
     built = _test_rollout(run_dir, split, lesion)
     if baseline is not None:
-        from esjax.baselines import baseline_returns
+        from esjax.saved import baseline_returns
 
         return [
             float(baseline_returns(run_dir, episodes, split, s, baseline, built=built).mean())
@@ -180,7 +180,7 @@ def _preset_grid(config: Any) -> dict[str, Any]:
     from esjax.presets import load_task
 
     try:
-        _, preset, _ = load_task(config.task_name)
+        _, preset, _, _ = load_task(config.task_name)
     except ConfigError:
         return {}
     return to_dict(preset.grid) if preset.env == config.task.env else {}

@@ -59,8 +59,8 @@ def locate(kind: str, name_or_path: str) -> tuple[str, dict[str, Any], str]:
 
 def load_task(
     task: str | Path | TaskConfig, overrides: Sequence[str] = ()
-) -> tuple[str, TaskConfig, dict]:
-    """``(name, task, table before overrides)`` of a preset name, a ``.toml`` path or a task.
+) -> tuple[str, TaskConfig, dict, str]:
+    """``(name, task, table before overrides, source)`` of a preset name, a path or a task.
 
     The one place a task preset is read and validated (``--set`` overrides applied first).
     """
@@ -69,7 +69,7 @@ def load_task(
         name = Path(task.env).stem.lower() or "task"
     else:
         name, raw, source = locate("task", str(task))
-    return name, parse_task(apply_overrides(raw, overrides), source), raw
+    return name, parse_task(apply_overrides(raw, overrides), source), raw, source
 
 
 def describe(kind: str) -> list[tuple[str, str]]:

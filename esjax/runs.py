@@ -46,6 +46,7 @@ import numpy as np
 from flax import serialization
 
 from esjax.config import ConfigError, RunConfig
+from esjax.files import atomic_write, fsync_dir
 
 CONFIG = "config.json"
 METRICS = "metrics.jsonl"
@@ -69,36 +70,6 @@ class StorageError(ConfigError):
 
 
 # ---------------------------------------------------------------------------- atomic files
-def atomic_write(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a fsynced temporary file and a rename."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would make run files private to one user
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def write_json(path: str | Path, obj: Any) -> None:
     atomic_write(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
 
@@ -292,7 +263,7 @@ def _keep_previous(current: Path, previous: Path) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(previous.parent)
+    fsync_dir(previous.parent)
 
 
 def load_checkpoint(run_dir: str | Path) -> Checkpoint:

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from esjax import runs
+from esjax.baselines import check_baseline, reference_returns
 from esjax.config import ConfigError, RunConfig, TaskConfig, to_dict
 from esjax.engine import flat_template, seed_keys
 from esjax.episode import EpisodeStep, episode_keys, split_step_key, step_keys
@@ -175,6 +176,28 @@ def evaluate_run(
         "episodes": episodes,
         "returns": [float(r) for r in returns],
     }
+
+
+def baseline_returns(
+    run_dir: str | Path,
+    episodes: int,
+    split: str | None = None,
+    seed: int = 0,
+    baseline: str = "analytic",
+    *,
+    built: tuple[Any, Any] | None = None,
+) -> np.ndarray:
+    """Per-episode returns of a baseline (:mod:`esjax.baselines`) on a run's test episodes.
+
+    The episodes :func:`evaluate_run` tests the run's policy on (seed index ``seed``): the
+    run's test key root, its task and ``split``. ``built``: a :func:`make_test_rollout`.
+    """
+    check_baseline(baseline)
+    if not isinstance(episodes, int) or episodes <= 0:
+        raise ConfigError(f"episodes must be a positive integer, got {episodes!r}")
+    config, rollout = built or make_test_rollout(run_dir, split)
+    key = seed_keys(config.seed + seed)["test"]
+    return reference_returns(rollout, key, episodes, baseline)
 
 
 # ---------------------------------------------------------------------------- the verdict

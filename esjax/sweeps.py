@@ -11,6 +11,7 @@ configuration resumes from its checkpoint, bit-identically).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import itertools
 import json
@@ -353,18 +354,18 @@ def run_program(
     """
     import contextlib
 
-    from esjax.evolve import check_memory
+    from esjax.evolve import check_memory, complete_sizes
     from esjax.lifecycle import Run, StopSignals
     from esjax.trackers import RunLogger
 
     timing = dict(writer=True, checkpoint_every_s=math.inf)
-    seeds = int(members[0][1]["seeds"])
-    check_memory({**members[0][1], "seeds": seeds * len(members)})
+    first = members[0][1]  # every member has the same seeds: they are stacked together
+    check_memory(dataclasses.replace(first, seeds=first.seeds * len(members)))
     with contextlib.ExitStack() as stack:
         opened = []
         for run_dir, config in members:
             if runs.is_run_dir(run_dir):
-                run = Run.reopen(run_dir, generations=None, **timing)
+                run = Run.reopen(run_dir, generations=None, prepare=complete_sizes, **timing)
             else:
                 run = Run.create(run_dir, config, overwrite=run_dir.exists(), **timing)
             stack.enter_context(run)

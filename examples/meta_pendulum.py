@@ -183,7 +183,7 @@ def analytic_record(results: dict, preset: str, episodes: int) -> dict:
     from esjax.engine import seed_keys
     from esjax.tasks import make_rollout
 
-    _, task, _ = presets.load_task(preset.removesuffix(".toml"))
+    _, task, _, _ = presets.load_task(preset.removesuffix(".toml"))
     seeds = _seed_ids(next(iter(results["runs"].values())))
     record: dict = {"budget": ANALYTIC, "seeds": seeds, "episodes": episodes}
     for split in results["splits"]:

@@ -18,9 +18,10 @@ from gymnax.environments.classic_control.pendulum import EnvState, angle_normali
 from test_cli import SMALL, assert_clean_error, esjax
 
 from esjax import presets
-from esjax.baselines import baseline_returns, pendulum_torque, reference_returns
+from esjax.baselines import pendulum_torque, reference_returns
 from esjax.config import ConfigError, parse_task
 from esjax.engine import seed_keys
+from esjax.saved import baseline_returns
 from esjax.tasks import make_rollout, make_sampler
 
 # The module-scoped fixture is built once: every test here runs on one xdist worker.

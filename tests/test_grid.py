@@ -58,12 +58,12 @@ def reference_returns(run_dir, m: float, l: float, episodes: int) -> np.ndarray:
     from esjax.saved import load_policy
 
     config = read_run_config(run_dir)
-    length = config["task"]["episode_length"]
+    length = config.task.episode_length
     env, default = gymnax.make("Pendulum-v1")
     params = default.replace(m=m, l=l)
     policy = load_policy(run_dir)
     totals = []
-    for key in jax.random.split(seed_keys(config["seed"])["test"], episodes):
+    for key in jax.random.split(seed_keys(config.seed)["test"], episodes):
         _, k_reset, k_episode = jax.random.split(key, 3)
         obs, state = env.reset(k_reset, params)
         policy.reset()

@@ -172,11 +172,13 @@ def test_env_without_renderer_is_a_one_line_error():
 
 def fake_run(path, strategy: str, seed: int):
     from esjax import runs
+    from esjax.config import RunConfig, StrategySpec, parse_task
 
     path.mkdir(parents=True)
-    config = {"task_name": "pendulum", "strategy": {"name": strategy}, "popsize": 8, "seed": seed}
-    config["task"] = {"env": "Pendulum-v1", "solved_return": -200.0}
-    runs.write_json(path / runs.CONFIG, config)
+    task = parse_task({"env": "Pendulum-v1", "solved_return": -200.0}, "test")
+    config = RunConfig("pendulum", task, StrategySpec(strategy, "Open_ES"), popsize=8,
+                       num_dims=1, rollouts=1, generations=3, seed=seed, seeds=1)  # fmt: skip
+    runs.write_run_config(path, config)
     runs.append_metrics(path, rows(seed))
     return path
 

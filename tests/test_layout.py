@@ -1,0 +1,138 @@
+"""esjax's layers: specs (no JAX) → pure JAX → host → interface, and nothing imports upwards.
+
+esjax's own imports are read from the source with ``ast``, those inside functions included
+(an import in a function is still a dependency, only a later one), so a cycle cannot hide
+behind a deferred import.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "esjax"
+
+# Every module's layer; a new module must be placed here.
+LAYERS = {
+    "specs": ["config", "presets", "popsize_rule", "version", "stats", "files"],
+    "pure JAX": [
+        "envs", "episode", "policies", "mirror", "rollout", "distributed", "algorithms",
+        "strategies", "cma", "noise", "draw", "fitness", "engine", "baselines", "tasks",
+        "memory", "cache", "programs",
+    ],
+    "host": [
+        "runs", "lifecycle", "evolve", "saved", "sweeps", "meta", "plotting", "render",
+        "trackers",
+    ],
+    "interface": ["cli", "__init__"],
+}  # fmt: skip
+RANK = {module: rank for rank, modules in enumerate(LAYERS.values()) for module in modules}
+# Imports of esjax modules inside functions today; the target is at most 5 (each a start-up
+# cost that is measured). The ceiling only goes down.
+LAZY_CEILING = 90
+
+
+def imports() -> dict[str, list[tuple[str, bool]]]:
+    """``{module: [(imported esjax module, inside a function?), ...]}``."""
+    found: dict[str, list[tuple[str, bool]]] = {}
+    for path in sorted(PACKAGE.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        top = {id(node) for node in tree.body}
+        edges = found.setdefault(path.stem, [])
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("esjax"):
+                if node.module == "esjax":  # ``from esjax import runs``: the submodules named
+                    names = [a.name for a in node.names if (PACKAGE / f"{a.name}.py").is_file()]
+                    names = names or ["__init__"]
+                else:
+                    names = [node.module.split(".")[1]]
+            elif isinstance(node, ast.Import):
+                names = [a.name.split(".")[1] for a in node.names if a.name.startswith("esjax.")]
+            else:
+                continue
+            edges.extend((name, id(node) not in top) for name in names if name != path.stem)
+    return found
+
+
+def test_every_module_has_a_layer():
+    assert sorted(RANK) == sorted(imports())
+
+
+def test_no_module_imports_a_higher_layer():
+    upward = [
+        f"{module} ({_layer(module)}) imports {name} ({_layer(name)})"
+        for module, edges in imports().items()
+        for name, _ in edges
+        if RANK[name] > RANK[module]
+    ]
+    assert not upward, upward
+
+
+def test_no_import_cycles_even_through_imports_inside_functions():
+    graph = {module: {name for name, _ in edges} for module, edges in imports().items()}
+    cycles = [c for c in _strongly_connected(graph) if len(c) > 1]
+    assert not cycles, cycles
+
+
+def test_imports_inside_functions_do_not_grow():
+    lazy = sum(inside for edges in imports().values() for _, inside in edges)
+    assert lazy <= LAZY_CEILING
+
+
+def test_the_checks_can_fail():
+    """A cycle and an upward edge in a made-up graph are found."""
+    assert [sorted(c) for c in _strongly_connected({"a": {"b"}, "b": {"a"}}) if len(c) > 1] == [
+        ["a", "b"]
+    ]
+    with pytest.raises(AssertionError):
+        assert RANK["cli"] <= RANK["config"]
+
+
+def _layer(module: str) -> str:
+    return list(LAYERS)[RANK[module]]
+
+
+def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's algorithm, iteratively over the import graph."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(start: str) -> None:
+        work = [(start, iter(sorted(graph.get(start, ()))))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                components.append(component)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return components
