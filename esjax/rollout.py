@@ -11,25 +11,29 @@ Rollouts return summaries only (returns, valid lengths, masked observation momen
 memory does not grow with episode length; ``trajectory=True`` opts into per-step data.
 ``summary`` goes one step further for a training generation: each device reduces its own
 members, and only one return per member crosses devices.
+
+Where each job lives: the step itself is :class:`esjax.episode.EpisodeStep` and
+:func:`esjax.envs.env_step`; which device steps which members is :mod:`esjax.sharding`;
+the masked scan step, the early-exit loop and the chunking are this module's functions, and
+:class:`PopulationRollout` binds an env, a policy and devices to them behind four jitted calls.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import struct
-from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
+from esjax import sharding
 from esjax.envs import env_step, make_env
 from esjax.episode import EpisodeStep, episode_keys, split_step_key, step_keys
 from esjax.fitness import member_returns
-from esjax.noise import LazyPopulation
 from esjax.policies import Policy, PolicySpec
 
 PyTree = Any
@@ -42,7 +46,6 @@ CHUNK_PARAM_BYTES = 1 << 20
 # stops at the first check after its last episode ends, so a population that dies in 12 steps
 # of a 1000-step episode does not pay for the other 988 (see segment_steps).
 SEGMENT_STEPS = 16
-_POP_AXIS = "population"
 
 
 @struct.dataclass
@@ -158,42 +161,15 @@ class PopulationRollout:
         self.deterministic = deterministic
         self.chunk_size = chunk_size
         self.devices = list(devices) if devices is not None else jax.devices()
-        if episode_length is None:
-            episode_length = int(self.env_params.max_steps_in_episode)
-        if int(episode_length) <= 0:
-            raise ValueError(f"episode_length must be positive, got {episode_length}")
-        self.episode_length = int(episode_length)
+        self.episode_length = _episode_length(episode_length, self.env_params)
         if early_exit is None:
             early_exit = can_end_early(self.env, self.env_params, self.episode_length)
         self.early_exit = bool(early_exit)
-
-        obs, _ = self.env.reset(jax.random.key(0), self.env_params)
-        self.obs_shape = tuple(jnp.shape(obs))
-        self.obs_size = int(jnp.size(obs))
-        valid_params = [n for n in vars(self.env_params) if not n.startswith("_")]
-        for name in param_inputs:
-            if name not in valid_params:
-                raise ValueError(
-                    f"param input {name!r} is not an env parameter; "
-                    f"valid: {', '.join(valid_params)}"
-                )
-        if int(frame_stack) <= 0:
-            raise ValueError(f"frame_stack must be positive, got {frame_stack}")
-        self.param_inputs = tuple(param_inputs)
-        self.frame_stack = int(frame_stack)
-        features = self.obs_size * self.frame_stack + len(self.param_inputs)
-        action_space = self.env.action_space(self.env_params)
-        if isinstance(policy, Policy):
-            self.policy = policy
-        else:
-            self.policy = policy.build(
-                features,
-                action_space,
-                deterministic,
-                obs_shape=self.obs_shape,
-                frame_stack=self.frame_stack,
-            )
-        self.episode = EpisodeStep(self.policy, self.obs_size, self.frame_stack, self.param_inputs)
+        self.obs_shape, self.episode = _bind_episode(
+            self.env, self.env_params, policy, deterministic, param_inputs, frame_stack
+        )
+        self.policy, self.obs_size = self.episode.policy, self.episode.obs_size
+        self.param_inputs, self.frame_stack = self.episode.param_inputs, self.episode.frame_stack
 
         self._single = jax.jit(self._single_impl, static_argnames=("trajectory",))
         self._batch = jax.jit(self._batch_impl, static_argnames=("num_rollouts", "trajectory"))
@@ -241,9 +217,8 @@ class PopulationRollout:
     ) -> RolloutResult:
         """``num_rollouts`` episodes of one member; summaries of shape ``(num_rollouts,)``."""
         _check_positive("num_rollouts", num_rollouts)
-        return self._batch(
-            key, params, self._stats(obs_stats), num_rollouts=num_rollouts, trajectory=trajectory
-        )
+        return self._batch(key, params, self._stats(obs_stats), num_rollouts=num_rollouts,
+                           trajectory=trajectory)  # fmt: skip
 
     def population(
         self,
@@ -262,14 +237,8 @@ class PopulationRollout:
         the env sampler's bounds (see :meth:`sample_env_params`).
         """
         _check_positive("num_rollouts", num_rollouts)
-        return self._population(
-            key,
-            pop_params,
-            self._stats(obs_stats),
-            bounds or {},
-            num_rollouts=num_rollouts,
-            trajectory=trajectory,
-        )
+        return self._population(key, pop_params, self._stats(obs_stats), bounds or {},
+                                num_rollouts=num_rollouts, trajectory=trajectory)  # fmt: skip
 
     def summary(
         self,
@@ -292,20 +261,10 @@ class PopulationRollout:
         ``worst_episodes``: each member's return is the mean of this fraction of its rollouts,
         the lowest (:func:`esjax.fitness.member_returns`).
         """
-        _check_positive("num_rollouts", num_rollouts)
-        _check_positive("runs", runs)
-        if not 0.0 < worst_episodes <= 1.0:
-            raise ValueError(f"worst_episodes must be in (0, 1], got {worst_episodes}")
-        stats = self._stats(obs_stats)
-        return self._summary(
-            key,
-            pop_params,
-            stats,
-            bounds or {},
-            num_rollouts=num_rollouts,
-            runs=int(runs),
-            worst_episodes=float(worst_episodes),
-        )
+        _check_summary_args(num_rollouts, runs, worst_episodes)
+        return self._summary(key, pop_params, self._stats(obs_stats), bounds or {},
+                             num_rollouts=num_rollouts, runs=int(runs),
+                             worst_episodes=float(worst_episodes))  # fmt: skip
 
     def rollout_keys(self, key: jax.Array, popsize: int, num_rollouts: int) -> jax.Array:
         """The per-rollout keys ``population`` uses: shared across members or one per member."""
@@ -328,26 +287,10 @@ class PopulationRollout:
         return sampler(key, self.env_params)
 
     def auto_chunk_size(self, popsize: int, params: PyTree, runs: int = 1) -> int:
-        """Members per chunk: cache-sized on CPU; the whole population if small or on a GPU.
-
-        ``params`` has a leading member axis (arrays or shape structs: only shapes are read).
-        Under a ``vmap`` over ``runs`` populations (seeds, sweep configurations) each chunk
-        step holds ``runs`` times its members, so the cache's share of one run is divided.
-        """
-        if self.chunk_size is not None:
-            return max(1, min(int(self.chunk_size), popsize))
-        if self.devices[0].platform != "cpu":
-            # A GPU hides memory latency with thousands of members in flight; chunking it
-            # serialises the population (measured 25x slower on one GPU at 2048 members).
-            return int(popsize)
-        leaves = jax.tree.leaves(params)
-        member_bytes = sum(math.prod(leaf.shape[1:]) * leaf.dtype.itemsize for leaf in leaves) or 1
-        runs = max(1, int(runs))
-        # A power of two divides the usual popsizes, so no ragged last chunk is compiled; at
-        # least 8 members step together over all runs.
-        fits = (CHUNK_PARAM_BYTES // (member_bytes * runs)).bit_length() - 1
-        chunk = 1 << max(0, fits, (8 // runs).bit_length() - 1)
-        return int(min(popsize, chunk))
+        """Members per chunk: ``chunk_size`` if pinned, else :func:`cache_chunk_size` for these
+        devices. Read when a population is traced, so a later ``chunk_size`` applies then."""
+        platform = self.devices[0].platform
+        return cache_chunk_size(popsize, params, runs, pinned=self.chunk_size, platform=platform)
 
     # ------------------------------------------------------------------ implementation
     def _stats(self, obs_stats: ObsStats | None) -> ObsStats:
@@ -356,43 +299,12 @@ class PopulationRollout:
         return obs_stats
 
     def _single_impl(self, key, params, obs_stats, trajectory=False, bounds=None):
-        episode, policy = self.episode, self.policy
+        """One episode of one member: :func:`_masked_step` scanned over the step keys, stopped
+        early (:func:`_scan_while_alive`) once the episode has ended if ``early_exit``."""
         k_params, k_reset, k_episode = episode_keys(key)
         env_params = self.sample_env_params(k_params, bounds)
-        obs, env_state = self.env.reset(k_reset, env_params)
-        obs = jnp.asarray(obs, jnp.float32).reshape(-1)
-        zero = jnp.zeros((), jnp.float32)
-        known_params = episode.known_params(env_params)
-
-        def step(carry, step_key):
-            obs, env_state, pstate, alive, ret, length, obs_sum, obs_sq_sum = carry
-            k_act, k_env = split_step_key(step_key)
-            action, pstate = episode.act(params, obs_stats, pstate, obs, known_params, k_act)
-            next_obs, next_state, reward, done = env_step(
-                self.env, k_env, env_state, action, env_params
-            )
-            next_obs = jnp.asarray(next_obs, jnp.float32).reshape(-1)
-            reward = jnp.asarray(reward, jnp.float32).reshape(())
-            # Masking: only steps taken while alive count. `where`, not a product, so a NaN
-            # reward after termination cannot leak into the return.
-            ret = ret + jnp.where(alive, reward, 0.0)
-            length = length + alive.astype(jnp.int32)
-            obs_sum = obs_sum + jnp.where(alive, obs, 0.0)
-            obs_sq_sum = obs_sq_sum + jnp.where(alive, obs * obs, 0.0)
-            ended = jnp.logical_and(alive, done)
-            # After termination the env is frozen and the recurrent state reset, so nothing
-            # computed past the boundary depends on the finished episode.
-            keep = jnp.logical_and(alive, ~done)
-            next_state = _tree_select(keep, next_state, env_state)
-            next_obs = jnp.where(keep, next_obs, obs)
-            pstate = pstate.replace(carry=_tree_select(keep, pstate.carry, policy.initial_carry()))
-            pstate = episode.observe(pstate, action, reward, done.astype(jnp.float32))
-            new_carry = (next_obs, next_state, pstate, keep, ret, length, obs_sum, obs_sq_sum)
-            out = Trajectory(obs, action, reward, ended | ~alive, alive) if trajectory else None
-            return new_carry, out
-
-        init = (obs, env_state, episode.start(), jnp.array(True), zero,
-                jnp.zeros((), jnp.int32), jnp.zeros_like(obs), jnp.zeros_like(obs))  # fmt: skip
+        init = _start_carry(self.env, self.episode, env_params, k_reset)
+        step = _masked_step(self.env, self.episode, env_params, params, obs_stats, trajectory)
         keys = step_keys(k_episode, self.episode_length)
         if trajectory or not self.early_exit:
             final, traj = jax.lax.scan(step, init, keys)
@@ -402,161 +314,249 @@ class PopulationRollout:
         return RolloutResult(ret, length, obs_sum, obs_sq_sum, traj)
 
     def _batch_impl(self, key, params, obs_stats, num_rollouts, trajectory=False):
-        keys = jax.random.split(key, num_rollouts)
-        return self._over_keys(keys, params, obs_stats, trajectory)
+        return self._over_keys(jax.random.split(key, num_rollouts), params, obs_stats, trajectory)
 
     def _over_keys(self, keys, params, obs_stats, trajectory, bounds=None):
-        return jax.vmap(self._single_impl, in_axes=(0, None, None, None, None))(
-            keys, params, obs_stats, trajectory, bounds
-        )
-
-    def _keys(self, key, popsize, num_rollouts):
-        """Shared keys ``(num_rollouts,)`` or every member's ``(popsize, num_rollouts)``."""
-        if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):  # a raw uint32 key (PRNGKey)
-            key = jax.random.wrap_key_data(key)
-        if key.ndim == 0:
-            return self.rollout_keys(key, popsize, num_rollouts)
-        if key.shape != (popsize, num_rollouts):
-            raise ValueError(
-                f"member keys must have shape {(popsize, num_rollouts)}, got {key.shape}"
-            )
-        return key
+        episodes = jax.vmap(self._single_impl, in_axes=(0, None, None, None, None))
+        return episodes(keys, params, obs_stats, trajectory, bounds)
 
     def _population_impl(self, key, pop_params, obs_stats, bounds, num_rollouts, trajectory=False):
-        popsize = _popsize(pop_params)
-        keys = self._keys(key, popsize, num_rollouts)
+        keys = _member_keys(key, sharding.popsize(pop_params), num_rollouts, self.rollout_keys)
 
         def local(keys, params, inputs, valid, axis):
             return self._population_local(keys, params, *inputs, trajectory)
 
-        inputs = (obs_stats, bounds)
-        result = self._over_devices(local, keys, pop_params, inputs, P(_POP_AXIS))
-        return jax.tree.map(lambda x: _in_member_order(pop_params, x), result)
+        inputs, out_specs = (obs_stats, bounds), P(sharding.AXIS)
+        result = sharding.over_devices(local, self.devices, keys, pop_params, inputs, out_specs)
+        return jax.tree.map(lambda x: sharding.in_member_order(pop_params, x), result)
 
     def _summary_impl(
         self, key, pop_params, obs_stats, bounds, num_rollouts, runs=1, worst_episodes=1.0
     ):
-        popsize = _popsize(pop_params)
-        keys = self._keys(key, popsize, num_rollouts)
+        keys = _member_keys(key, sharding.popsize(pop_params), num_rollouts, self.rollout_keys)
 
         def local(keys, params, inputs, valid, axis):
             result = self._population_local(keys, params, *inputs, False, runs)
-            # Per member and in the member's own order of additions, so it is the same bits on
-            # any number of devices; the sums below are partial sums per device.
-            returns = member_returns(result.returns, worst_episodes)
-            lengths = jnp.sum(jnp.where(valid[:, None], result.lengths, 0))
-            obs_sum = jnp.sum(jnp.where(valid[:, None, None], result.obs_sum, 0.0), axis=(0, 1))
-            obs_sq = jnp.sum(jnp.where(valid[:, None, None], result.obs_sq_sum, 0.0), axis=(0, 1))
-            if axis is not None:
-                returns = jax.lax.all_gather(returns, axis, tiled=True)
-                lengths, obs_sum, obs_sq = jax.lax.psum((lengths, obs_sum, obs_sq), axis)
-            return PopulationSummary(returns, lengths, obs_sum, obs_sq)
+            return _reduce_members(result, valid, axis, worst_episodes)
 
-        summary = self._over_devices(local, keys, pop_params, (obs_stats, bounds), P())
-        return summary.replace(returns=_in_member_order(pop_params, summary.returns))
-
-    def _over_devices(self, local, keys, pop_params, inputs, out_specs):
-        """``local(keys, params, inputs, valid, axis)`` on each device's share of the members.
-
-        ``inputs`` (observation statistics, sampler bounds) is the same on every device.
-
-        On one device (or fewer members than devices) ``local`` sees every member and ``axis``
-        is ``None``. Otherwise each device takes ``ceil(popsize / devices)`` members, ``axis``
-        names the mesh axis for collectives, and ``valid`` marks the real members: a popsize
-        that does not divide is padded with copies of the last member. On a CPU host a device
-        is a core.
-        """
-        if isinstance(pop_params, LazyPopulation) and pop_params.sharded:
-            return self._over_paired_devices(local, keys, pop_params, inputs, out_specs)
-        popsize = _popsize(pop_params)
-        num_devices = len(self.devices)
-        if num_devices == 1 or popsize < num_devices:
-            return local(keys, pop_params, inputs, jnp.ones(popsize, bool), None)
-        per_device = -(-popsize // num_devices)
-        shared = keys.ndim == 1
-
-        def shard(keys, params, inputs):
-            # Every device holds the whole population (a generation draws it replicated) and
-            # picks its own rows, so nothing is sent; padding repeats the last member.
-            index = jax.lax.axis_index(_POP_AXIS) * per_device + jnp.arange(per_device)
-            rows = jnp.minimum(index, popsize - 1)
-            params = _take(params, rows)
-            return local(keys if shared else keys[rows], params, inputs, index < popsize, _POP_AXIS)
-
-        return jax.shard_map(
-            shard,
-            mesh=Mesh(np.array(self.devices), (_POP_AXIS,)),
-            in_specs=(P(), P(), P()),
-            out_specs=out_specs,
-            check_vma=False,
-        )(keys, pop_params, inputs)
-
-    def _over_paired_devices(self, local, keys, population, inputs, out_specs):
-        """:meth:`_over_devices` for a population whose noise is split by pairs over the mesh.
-
-        Each device steps both members of the pairs whose rows it holds
-        (:meth:`PairLayout.device_members`); pairs past the last are padding. Results come
-        back device by device and :func:`_in_member_order` puts them in the population's order.
-        """
-        layout = population.layout
-        if layout.devices != len(self.devices):
-            raise ValueError(
-                f"the population is split over {layout.devices} devices, "
-                f"the rollout runs on {len(self.devices)}"
-            )
-        popsize = population.popsize
-        shared = keys.ndim == 1
-
-        def shard(keys, population, inputs):
-            device = jax.lax.axis_index(_POP_AXIS)
-            pair, negative = layout.device_members(device)
-            member = jnp.minimum(jnp.where(negative, pair + layout.half, pair), popsize - 1)
-            population = population.replace(
-                pair=pair, negative=negative, first=device * layout.per_device
-            )
-            valid = pair < layout.half
-            return local(keys if shared else keys[member], population, inputs, valid, _POP_AXIS)
-
-        return jax.shard_map(
-            shard,
-            mesh=Mesh(np.array(self.devices), (_POP_AXIS,)),
-            in_specs=(P(), population.specs(), P()),
-            out_specs=out_specs,
-            check_vma=False,
-        )(keys, population, inputs)
+        inputs = (obs_stats, bounds)
+        summary = sharding.over_devices(local, self.devices, keys, pop_params, inputs, P())
+        return summary.replace(returns=sharding.in_member_order(pop_params, summary.returns))
 
     def _population_local(self, keys, pop_params, obs_stats, bounds, trajectory, runs=1):
-        popsize = _popsize(pop_params)
-        if isinstance(pop_params, LazyPopulation):
-            # Members are ids; each chunk builds its own members' parameters, so the
-            # population never exists as a whole.
-            ids, decode = pop_params.members(), pop_params.member
-            shapes = jax.eval_shape(jax.vmap(decode), jax.tree.map(lambda x: x[:1], ids))
-        else:
-            ids, shapes = pop_params, pop_params
+        """One device's members, each over its rollouts, a chunk at a time (:func:`map_members`)."""
 
-            def decode(params):
-                return params
+        def member(member_keys, params):
+            return self._over_keys(member_keys, params, obs_stats, trajectory, bounds)
 
-        chunk = self.auto_chunk_size(popsize, shapes, runs)
+        return map_members(member, keys, pop_params, partial(self.auto_chunk_size, runs=runs))
 
-        if keys.ndim == 1:  # every member runs the same episode keys
 
-            def member(ident):
-                return self._over_keys(keys, decode(ident), obs_stats, trajectory, bounds)
+def _bind_episode(
+    env: Any,
+    env_params: Any,
+    policy: PolicySpec | Policy,
+    deterministic: bool,
+    param_inputs: tuple[str, ...],
+    frame_stack: int,
+) -> tuple[tuple[int, ...], EpisodeStep]:
+    """The env's observation shape and the episode step of ``policy`` built for this env.
 
-            xs = ids
-        else:
+    The policy's input size follows from what it is shown: ``frame_stack`` observations and
+    the ``param_inputs`` values, checked here against the env's parameters. A built
+    :class:`Policy` is taken as it is.
+    """
+    obs, _ = env.reset(jax.random.key(0), env_params)
+    obs_shape = tuple(jnp.shape(obs))
+    obs_size = int(jnp.size(obs))
+    valid_params = [n for n in vars(env_params) if not n.startswith("_")]
+    for name in param_inputs:
+        if name not in valid_params:
+            raise ValueError(
+                f"param input {name!r} is not an env parameter; valid: {', '.join(valid_params)}"
+            )
+    if int(frame_stack) <= 0:
+        raise ValueError(f"frame_stack must be positive, got {frame_stack}")
+    param_inputs, frame_stack = tuple(param_inputs), int(frame_stack)
+    if not isinstance(policy, Policy):
+        features = obs_size * frame_stack + len(param_inputs)
+        action_space = env.action_space(env_params)
+        policy = policy.build(
+            features, action_space, deterministic, obs_shape=obs_shape, frame_stack=frame_stack
+        )
+    return obs_shape, EpisodeStep(policy, obs_size, frame_stack, param_inputs)
 
-            def member(args):
-                ident, member_keys = args
-                return self._over_keys(member_keys, decode(ident), obs_stats, trajectory, bounds)
 
-            xs = (ids, keys)
+def _episode_length(episode_length: int | None, env_params: Any) -> int:
+    """The steps per episode asked for, or the env's own time limit."""
+    if episode_length is None:
+        episode_length = int(env_params.max_steps_in_episode)
+    if int(episode_length) <= 0:
+        raise ValueError(f"episode_length must be positive, got {episode_length}")
+    return int(episode_length)
 
-        if chunk >= popsize:
-            return jax.vmap(member)(xs)
-        return jax.lax.map(member, xs, batch_size=chunk)
+
+def _start_carry(env: Any, episode: EpisodeStep, env_params: Any, k_reset: jax.Array) -> tuple:
+    """The carry of :func:`_masked_step` after a reset: alive, nothing summed yet.
+
+    ``(obs, env_state, policy_state, alive, return, length, obs_sum, obs_sq_sum)``.
+    """
+    obs, env_state = env.reset(k_reset, env_params)
+    obs = jnp.asarray(obs, jnp.float32).reshape(-1)
+    zero = jnp.zeros((), jnp.float32)
+    return (obs, env_state, episode.start(), jnp.array(True), zero,
+            jnp.zeros((), jnp.int32), jnp.zeros_like(obs), jnp.zeros_like(obs))  # fmt: skip
+
+
+def _masked_step(
+    env: Any,
+    episode: EpisodeStep,
+    env_params: Any,
+    params: PyTree,
+    obs_stats: ObsStats,
+    trajectory: bool,
+) -> Callable[[tuple, jax.Array], tuple[tuple, Trajectory | None]]:
+    """The scan step of one episode: :class:`EpisodeStep` and :func:`env_step`, masked.
+
+    A batch of episodes steps together until the last one ends, so every step after an
+    episode's end must leave its summaries as they were: only steps taken while alive count,
+    and the env and the recurrent state are frozen past the boundary.
+    """
+    policy = episode.policy
+    known_params = episode.known_params(env_params)
+
+    def step(carry, step_key):
+        obs, env_state, pstate, alive, ret, length, obs_sum, obs_sq_sum = carry
+        k_act, k_env = split_step_key(step_key)
+        action, pstate = episode.act(params, obs_stats, pstate, obs, known_params, k_act)
+        next_obs, next_state, reward, done = env_step(env, k_env, env_state, action, env_params)
+        next_obs = jnp.asarray(next_obs, jnp.float32).reshape(-1)
+        reward = jnp.asarray(reward, jnp.float32).reshape(())
+        # Masking: only steps taken while alive count. `where`, not a product, so a NaN
+        # reward after termination cannot leak into the return.
+        ret = ret + jnp.where(alive, reward, 0.0)
+        length = length + alive.astype(jnp.int32)
+        obs_sum = obs_sum + jnp.where(alive, obs, 0.0)
+        obs_sq_sum = obs_sq_sum + jnp.where(alive, obs * obs, 0.0)
+        ended = jnp.logical_and(alive, done)
+        # After termination the env is frozen and the recurrent state reset, so nothing
+        # computed past the boundary depends on the finished episode.
+        keep = jnp.logical_and(alive, ~done)
+        next_state = _tree_select(keep, next_state, env_state)
+        next_obs = jnp.where(keep, next_obs, obs)
+        pstate = pstate.replace(carry=_tree_select(keep, pstate.carry, policy.initial_carry()))
+        pstate = episode.observe(pstate, action, reward, done.astype(jnp.float32))
+        new_carry = (next_obs, next_state, pstate, keep, ret, length, obs_sum, obs_sq_sum)
+        out = Trajectory(obs, action, reward, ended | ~alive, alive) if trajectory else None
+        return new_carry, out
+
+    return step
+
+
+def _member_keys(
+    key: jax.Array, popsize: int, num_rollouts: int, rollout_keys: Callable
+) -> jax.Array:
+    """Shared keys ``(num_rollouts,)`` or every member's ``(popsize, num_rollouts)``.
+
+    One key is split by ``rollout_keys`` (:meth:`PopulationRollout.rollout_keys`); member
+    keys chosen by the caller are checked and taken as they are.
+    """
+    if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):  # a raw uint32 key (PRNGKey)
+        key = jax.random.wrap_key_data(key)
+    if key.ndim == 0:
+        return rollout_keys(key, popsize, num_rollouts)
+    if key.shape != (popsize, num_rollouts):
+        raise ValueError(f"member keys must have shape {(popsize, num_rollouts)}, got {key.shape}")
+    return key
+
+
+def _reduce_members(
+    result: RolloutResult, valid: jax.Array, axis: str | None, worst_episodes: float
+) -> PopulationSummary:
+    """One device's results reduced to a :class:`PopulationSummary`, the same on every device.
+
+    Returns are reduced per member and in the member's own order of additions, so they are the
+    same bits on any number of devices, and then gathered (one float per member); the sums are
+    partial sums per device, padding members left out, then all-reduced.
+    """
+    returns = member_returns(result.returns, worst_episodes)
+    lengths = jnp.sum(jnp.where(valid[:, None], result.lengths, 0))
+    obs_sum = jnp.sum(jnp.where(valid[:, None, None], result.obs_sum, 0.0), axis=(0, 1))
+    obs_sq = jnp.sum(jnp.where(valid[:, None, None], result.obs_sq_sum, 0.0), axis=(0, 1))
+    if axis is not None:
+        returns = jax.lax.all_gather(returns, axis, tiled=True)
+        lengths, obs_sum, obs_sq = jax.lax.psum((lengths, obs_sum, obs_sq), axis)
+    return PopulationSummary(returns, lengths, obs_sum, obs_sq)
+
+
+def cache_chunk_size(
+    popsize: int,
+    params: PyTree,
+    runs: int = 1,
+    *,
+    pinned: int | None = None,
+    platform: str = "cpu",
+) -> int:
+    """Members per chunk: cache-sized on CPU; the whole population if small or on a GPU.
+
+    ``params`` has a leading member axis (arrays or shape structs: only shapes are read).
+    Under a ``vmap`` over ``runs`` populations (seeds, sweep configurations) each chunk
+    step holds ``runs`` times its members, so the cache's share of one run is divided.
+    ``pinned`` (a rollout's ``chunk_size``) overrides the choice. The budget is this module's
+    ``CHUNK_PARAM_BYTES``, read at every call.
+    """
+    if pinned is not None:
+        return max(1, min(int(pinned), popsize))
+    if platform != "cpu":
+        # A GPU hides memory latency with thousands of members in flight; chunking it
+        # serialises the population (measured 25x slower on one GPU at 2048 members).
+        return int(popsize)
+    leaves = jax.tree.leaves(params)
+    member_bytes = sum(math.prod(leaf.shape[1:]) * leaf.dtype.itemsize for leaf in leaves) or 1
+    runs = max(1, int(runs))
+    # A power of two divides the usual popsizes, so no ragged last chunk is compiled; at
+    # least 8 members step together over all runs.
+    fits = (CHUNK_PARAM_BYTES // (member_bytes * runs)).bit_length() - 1
+    chunk = 1 << max(0, fits, (8 // runs).bit_length() - 1)
+    return int(min(popsize, chunk))
+
+
+def map_members(
+    over_keys: Callable[[jax.Array, PyTree], PyTree],
+    keys: jax.Array,
+    pop_params: PyTree,
+    chunk_size: Callable[[int, PyTree], int],
+) -> PyTree:
+    """``over_keys(member_keys, params)`` for every member, ``chunk_size(popsize, shapes)`` at
+    a time.
+
+    At large popsizes, when all members advance one step together every member's weights are
+    streamed from memory at every step; a chunk (``lax.map`` with ``batch_size``) keeps its
+    weights in cache for the whole episode. A lazy population's members are made inside
+    their chunk (:func:`esjax.sharding.member_ids`). Shared keys ``(num_rollouts,)`` go to
+    every member; per-member keys ``(popsize, num_rollouts)`` are mapped with the members.
+    """
+    ids, decode, shapes = sharding.member_ids(pop_params)
+    popsize = sharding.popsize(pop_params)
+    chunk = chunk_size(popsize, shapes)
+
+    if keys.ndim == 1:  # every member runs the same episode keys
+
+        def member(ident):
+            return over_keys(keys, decode(ident))
+
+        xs = ids
+    else:
+
+        def member(args):
+            ident, member_keys = args
+            return over_keys(member_keys, decode(ident))
+
+        xs = (ids, keys)
+
+    if chunk >= popsize:
+        return jax.vmap(member)(xs)
+    return jax.lax.map(member, xs, batch_size=chunk)
 
 
 def can_end_early(env: Any, env_params: Any, episode_length: int) -> bool:
@@ -631,28 +631,16 @@ def _scan_while_alive(step, init, step_keys, alive):
     return carry
 
 
-def _popsize(pop_params: PyTree) -> int:
-    if isinstance(pop_params, LazyPopulation):
-        return pop_params.popsize
-    return jax.tree.leaves(pop_params)[0].shape[0]
-
-
-def _in_member_order(pop_params: PyTree, x: jax.Array) -> jax.Array:
-    """Per-member results from :meth:`PopulationRollout._over_devices`, padding dropped."""
-    if isinstance(pop_params, LazyPopulation) and pop_params.sharded:
-        return pop_params.layout.in_member_order(x)
-    return x[: _popsize(pop_params)]
-
-
-def _take(pop_params: PyTree, rows: jax.Array) -> PyTree:
-    if isinstance(pop_params, LazyPopulation):
-        return pop_params.take(rows)
-    return jax.tree.map(lambda x: x[rows], pop_params)
-
-
 def _check_positive(name: str, value: int) -> None:
     if int(value) <= 0:
         raise ValueError(f"{name} must be positive, got {value}")
+
+
+def _check_summary_args(num_rollouts: int, runs: int, worst_episodes: float) -> None:
+    _check_positive("num_rollouts", num_rollouts)
+    _check_positive("runs", runs)
+    if not 0.0 < worst_episodes <= 1.0:
+        raise ValueError(f"worst_episodes must be in (0, 1], got {worst_episodes}")
 
 
 def obs_moments(
