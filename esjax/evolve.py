@@ -132,12 +132,7 @@ def task_rollout(task: TaskConfig, source: str) -> Any:
 
 def member_size(task: TaskConfig, source: str) -> int:
     """Parameters per member of the task's policy, from shapes alone (nothing is allocated)."""
-    import jax
-
-    from esjax.engine import flat_template
-
-    template, _ = flat_template(task_rollout(task, source), jax.random.key(0))
-    return int(template.size)
+    return memory.member_size(task_rollout(task, source))
 
 
 def complete_sizes(config: RunConfig) -> RunConfig:

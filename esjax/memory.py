@@ -77,6 +77,14 @@ def _bytes(tree: Any) -> int:
     return sum(math.prod(leaf.shape) * leaf.dtype.itemsize for leaf in jax.tree.leaves(tree))
 
 
+def member_size(rollout: Any) -> int:
+    """Parameters per member of ``rollout``'s policy, from shapes alone (nothing allocated)."""
+    import jax
+
+    params = jax.eval_shape(rollout.init_params, jax.random.key(0))
+    return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(params))
+
+
 def estimate(
     rollout: Any,
     build_strategy: Callable[[int], Any],
@@ -94,7 +102,7 @@ def estimate(
 
     key = jax.random.key(0)
     params = jax.eval_shape(rollout.init_params, key)
-    num_dims = sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(params))
+    num_dims = member_size(rollout)
     popsize = popsize_for(num_dims)
     try:
 
