@@ -545,6 +545,7 @@ class Run:
         task = self.config.task
         final = jax.device_get(self.engine.evaluate(self.state))
         finite_best = host.best_eval[np.isfinite(host.best_eval)]
+        wall_s = self.wall()  # the run's own time; testing its policies comes after
         judged = None
         if self.writer and task.solved_return is not None:
             judged = verdict(self.run_dir, len(self.seed_ids), task.solved_return)
@@ -552,7 +553,7 @@ class Run:
             run_dir=self.run_dir,
             generations=host.generation,
             env_steps=int(np.mean(host.env_steps)),
-            wall_s=self.wall(),
+            wall_s=wall_s,
             final_eval_return=float(np.mean(final["eval_return"])),
             best_eval_return=float(np.mean(finite_best)) if finite_best.size else None,
             solved_threshold=task.solved_return,
