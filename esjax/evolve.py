@@ -119,7 +119,7 @@ def _run_rollouts(task_config: TaskConfig, spec: StrategySpec, overrides: Sequen
 
 
 def task_rollout(task: TaskConfig, source: str) -> Any:
-    """The task's rollout, built once per task in this process (sizing, memory check, engine)."""
+    """The task's rollout for shapes (sizing, the memory check), built once per task here."""
     from esjax.tasks import make_rollout
 
     key = json.dumps(to_dict(task), sort_keys=True)
@@ -217,12 +217,15 @@ _FITS: set[str] = set()
 def _build_engine(config: RunConfig):
     from esjax.engine import keep_programs, make_engine
     from esjax.strategies import build_strategy, strategy_cost_hint
+    from esjax.tasks import make_rollout
 
     task = config.task
     spec = _strategy_spec(config)
-    # Training and evaluation episodes differ only in their keys, so one rollout serves both.
-    rollout = task_rollout(task, config.task_name)
     check_memory(config)  # building the engine allocates a member's parameters
+    # Training and evaluation episodes differ only in their keys, so one rollout serves both.
+    # The engine's own: a caller may change an engine's rollout (a pinned chunk size), and no
+    # other engine or sizing may see that.
+    rollout = make_rollout(task, source=config.task_name)
     engine = make_engine(
         rollout,
         rollout,

@@ -501,7 +501,7 @@ def render_run(
     if pinned:
         params = params.replace(**pinned)
     controller = saved.controller(env_params=params)
-    length = steps or saved.rollout.episode_length
+    length = steps or task.episode_length or int(params.max_steps_in_episode)
     states, returns = play_episode(controller, env, params, key, length)
     stride = max(1, math.ceil(len(states) / max_frames))
     picked = list(range(0, len(states), stride))

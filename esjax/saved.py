@@ -2,8 +2,8 @@
 
 Everything that reads a run's ``final`` or ``best`` policy goes through here:
 
-- :func:`make_test_rollout` builds the deterministic rollout of the run's task (and split) once,
-  so many policies and seeds are tested with one compile;
+- :func:`make_test_rollout` builds the rollout of the run's task (and split) once, acting as
+  the task trains (greedy or sampled), so many policies and seeds are tested with one compile;
 - :class:`SavedPolicy` holds one seed's parameters and observation statistics;
   :meth:`SavedPolicy.controller` plays it step by step for given env parameters (what
   ``esjax.load_policy`` and ``esjax render`` use), :meth:`SavedPolicy.test_returns` tests it;
@@ -261,13 +261,13 @@ def verdict(run_dir: str | Path, seeds: int, threshold: float | None) -> Verdict
 
 def read_verdict(summary: dict[str, Any]) -> Verdict | None:
     """The verdict a ``summary.json`` holds, or None when the run was not tested."""
-    if summary.get("final_test_return_per_seed") is None:
-        return None
-    return Verdict(
-        summary.get("solved_threshold"),
-        tuple(summary["final_test_return_per_seed"]),
-        tuple(summary["best_test_return_per_seed"]),
+    final, best = (
+        summary.get("final_test_return_per_seed"),
+        summary.get("best_test_return_per_seed"),
     )
+    if final is None or best is None:
+        return None
+    return Verdict(summary.get("solved_threshold"), tuple(final), tuple(best))
 
 
 # ---------------------------------------------------------------------------- control
@@ -279,9 +279,10 @@ class Controller:
     ``r`` being the reward the previous action earned. The step is
     :class:`esjax.episode.EpisodeStep`'s, as in training: an oracle policy is told the
     episode's own env parameters (``reset(env_params=...)``), and a policy that samples its
-    actions draws them from the episode's step keys. ``reset(key)`` with the key
-    :meth:`esjax.PopulationRollout.single` takes plays that episode's actions; without one each
-    episode draws a fresh key.
+    actions draws them from the episode's step keys. ``reset(key, env_params)`` with the key
+    :meth:`esjax.PopulationRollout.single` takes, and the env parameters that episode runs on
+    (a sampler draws them from the key's first part), plays that episode's actions; without a
+    key each episode draws a fresh one.
     """
 
     def __init__(

@@ -12,7 +12,7 @@ standard deviation (``ddof=1``). A NaN among the values propagates to the mean a
 
 SciPy is imported on the first quantile asked for, not with this module: ``import esjax``
 reaches it (through the sweeps), and ``scipy.stats`` alone adds most of a second to every
-command's start-up (as seaborn's did: see :data:`esjax.rollout.DRAWING_ONLY_MODULES`).
+command's start-up (as seaborn's did: see :data:`esjax.envs.DRAWING_ONLY_MODULES`).
 """
 
 from __future__ import annotations

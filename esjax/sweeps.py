@@ -485,16 +485,19 @@ def summarize(sweep_dir: Path, grid: Sequence[Configuration], spec: dict[str, An
     for configuration in grid:
         run_dir = sweep_dir / configuration.name
         config = runs.read_run_config(run_dir)
-        judged = read_verdict(json.loads((run_dir / runs.SUMMARY).read_text()))
+        judged = read_verdict(_read_summary(run_dir))
         entry: dict[str, Any] = {
             "name": configuration.name,
             "overrides": list(configuration.overrides),
             "values": configuration.values,
             "run_dir": configuration.name,
         }
-        for which, per_seed in _test_returns(run_dir, config, episodes, judged).items():
+        tested = _test_returns(run_dir, config, episodes, judged)
+        for which, per_seed in tested.items():
             entry[f"{which}_test_return"] = {"per_seed": per_seed, **interval(per_seed)}
         threshold = config.task.solved_return
+        if judged is None and threshold is not None:  # a run from before summaries held one
+            judged = _verdict_of(run_dir, config, threshold)
         entry["solved_return"] = threshold
         per_seed_verdicts = None if judged is None else judged.solved_per_seed
         entry["solved_per_seed"] = None if per_seed_verdicts is None else list(per_seed_verdicts)
@@ -513,6 +516,22 @@ def summarize(sweep_dir: Path, grid: Sequence[Configuration], spec: dict[str, An
         "configurations": results,
         "figure": FIGURE,
     }
+
+
+def _read_summary(run_dir: Path) -> dict[str, Any]:
+    try:
+        return json.loads((run_dir / runs.SUMMARY).read_text())
+    except (OSError, ValueError) as err:
+        raise ConfigError(
+            f"{run_dir / runs.SUMMARY}: cannot read the run's summary ({err})"
+        ) from None
+
+
+def _verdict_of(run_dir: Path, config: RunConfig, threshold: float) -> Any:
+    """The verdict of a run whose summary has none, on the same episodes as summary.json's."""
+    from esjax.saved import verdict
+
+    return verdict(run_dir, config.seeds, threshold)
 
 
 def _test_returns(run_dir: Path, config: RunConfig, episodes: int, judged: Any) -> dict[str, list]:
