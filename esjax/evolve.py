@@ -27,9 +27,9 @@ from esjax.config import (
     apply_overrides,
     check_finite,
     parse_override,
-    to_dict,
 )
 from esjax.lifecycle import Interrupted, LostProcess, Run, RunSummary
+from esjax.tasks import forget_shared_rollouts, shared_rollout
 from esjax.version import __version__
 
 __all__ = ["Interrupted", "LostProcess", "RunSummary", "build_engine", "evolve", "resolve_config"]
@@ -118,21 +118,9 @@ def _run_rollouts(task_config: TaskConfig, spec: StrategySpec, overrides: Sequen
     return task_config.rollouts * spec.settings["rollouts_multiplier"]
 
 
-def task_rollout(task: TaskConfig, source: str) -> Any:
-    """The task's rollout for shapes (sizing, the memory check), built once per task here."""
-    from esjax.tasks import make_rollout
-
-    key = json.dumps(to_dict(task), sort_keys=True)
-    if key not in _ROLLOUTS:
-        while len(_ROLLOUTS) >= _MAX_ENGINES:
-            _ROLLOUTS.pop(next(iter(_ROLLOUTS)))
-        _ROLLOUTS[key] = make_rollout(task, source=source)
-    return _ROLLOUTS[key]
-
-
 def member_size(task: TaskConfig, source: str) -> int:
     """Parameters per member of the task's policy, from shapes alone (nothing is allocated)."""
-    return memory.member_size(task_rollout(task, source))
+    return memory.member_size(shared_rollout(task, source=source))
 
 
 def complete_sizes(config: RunConfig) -> RunConfig:
@@ -166,7 +154,6 @@ def build_engine(config: RunConfig):
 
 
 _ENGINES: dict[str, Any] = {}
-_ROLLOUTS: dict[str, Any] = {}
 _MAX_ENGINES = 4
 
 
@@ -175,7 +162,7 @@ def clear_engine_cache() -> None:
     import jax
 
     _ENGINES.clear()
-    _ROLLOUTS.clear()
+    forget_shared_rollouts()
     jax.clear_caches()
 
 
@@ -201,7 +188,7 @@ def check_memory(config: RunConfig) -> None:
         return
     spec = _strategy_spec(config)
     needs = memory.estimate(
-        task_rollout(config.task, config.task_name),
+        shared_rollout(config.task, source=config.task_name),
         lambda num_dims: build_strategy(spec, num_dims, config.popsize),
         lambda num_dims: config.popsize,
         seeds=config.seeds,

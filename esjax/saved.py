@@ -18,7 +18,6 @@ disjoint from training and from the evaluations that chose the best policy.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,11 +29,11 @@ import numpy as np
 
 from esjax import runs
 from esjax.baselines import check_baseline, reference_returns
-from esjax.config import ConfigError, RunConfig, TaskConfig, to_dict
+from esjax.config import ConfigError, RunConfig, TaskConfig
 from esjax.engine import flat_template, seed_keys
 from esjax.episode import EpisodeStep, episode_keys, split_step_key, step_keys
 from esjax.rollout import ObsStats
-from esjax.tasks import make_rollout
+from esjax.tasks import shared_rollout
 
 # Fresh test episodes per seed behind the verdict and ``esjax eval``'s default.
 TEST_EPISODES = 128
@@ -48,15 +47,7 @@ def make_test_rollout(run_dir: str | Path, split: str | None = None) -> tuple[Ru
     configurations, the seeds of a run), so each compiles once.
     """
     config = runs.read_run_config(run_dir)
-    key = (json.dumps(to_dict(config.task), sort_keys=True), split)
-    if key not in _TEST_ROLLOUTS:
-        while len(_TEST_ROLLOUTS) >= 8:
-            _TEST_ROLLOUTS.pop(next(iter(_TEST_ROLLOUTS)))
-        _TEST_ROLLOUTS[key] = make_rollout(config.task, split=split, source=str(run_dir))
-    return config, _TEST_ROLLOUTS[key]
-
-
-_TEST_ROLLOUTS: dict[tuple[str, str | None], Any] = {}
+    return config, shared_rollout(config.task, split=split, source=str(run_dir))
 
 
 @functools.lru_cache(maxsize=8)

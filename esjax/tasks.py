@@ -8,6 +8,7 @@ not code.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -16,7 +17,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from esjax.config import ConfigError, ParamDistribution, PolicyConfig, TaskConfig, suggest
+from esjax.config import (
+    ConfigError,
+    ParamDistribution,
+    PolicyConfig,
+    TaskConfig,
+    suggest,
+    to_dict,
+)
 from esjax.mirror import check_mirror
 from esjax.policies import CNN, GRU, LSTM, MLP, ActionHead, PolicySpec, is_discrete
 
@@ -241,3 +249,28 @@ def make_rollout(
         frame_stack=config.policy.frame_stack,
         **kwargs,
     )
+
+
+def shared_rollout(config: TaskConfig, *, split: str | None = None, source: str = "task"):
+    """The task's rollout (and split's), built once per process for callers that only read it.
+
+    Sizing a run, its memory check and testing saved policies all need the same rollout;
+    sharing it means one build and one compile of each test program. Never change a shared
+    rollout: a variant is :meth:`~esjax.rollout.PopulationRollout.replace`'s new one, and an
+    engine builds its own with :func:`make_rollout`.
+    """
+    key = (json.dumps(to_dict(config), sort_keys=True), split)
+    if key not in _SHARED_ROLLOUTS:
+        while len(_SHARED_ROLLOUTS) >= _MAX_SHARED_ROLLOUTS:
+            _SHARED_ROLLOUTS.pop(next(iter(_SHARED_ROLLOUTS)))
+        _SHARED_ROLLOUTS[key] = make_rollout(config, split=split, source=source)
+    return _SHARED_ROLLOUTS[key]
+
+
+def forget_shared_rollouts() -> None:
+    """Drop every shared rollout (with the engines, when compiled programs are cleared)."""
+    _SHARED_ROLLOUTS.clear()
+
+
+_SHARED_ROLLOUTS: dict[tuple[str, str | None], Any] = {}
+_MAX_SHARED_ROLLOUTS = 8
