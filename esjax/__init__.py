@@ -1,27 +1,34 @@
-"""esjax: evolution-strategies neuroevolution on JAX."""
+"""esjax: evolution-strategies neuroevolution on JAX.
+
+The public names are imported on first use (PEP 562): importing JAX, flax and evosax takes a
+second or more, which ``import esjax.config``, ``esjax --help`` and ``esjax`` argument errors
+never need. ``from esjax import evolve, PopulationRollout`` works as if they were imported here.
+"""
 
 import importlib
+import sys
+import types
 from typing import Any
 
-from esjax import policies
-from esjax.distributed import use_cpu_cores
-from esjax.evolve import Interrupted, RunSummary, evolve
-from esjax.rollout import ObsStats, PopulationRollout, RolloutResult, obs_moments
-from esjax.runs import load_metrics
-from esjax.sweeps import sweep
 from esjax.version import __version__
 
-# Imported on first use: the saved-policy path brings in the engine and every evosax
-# strategy (about 0.2 s), which commands such as ``esjax --help`` never need.
-_ON_FIRST_USE = {"SavedPolicy": "esjax.saved", "evaluate_run": "esjax.saved",
-                 "load_policy": "esjax.saved"}  # fmt: skip
-
-
-def __getattr__(name: str) -> Any:
-    if name in _ON_FIRST_USE:
-        return getattr(importlib.import_module(_ON_FIRST_USE[name]), name)
-    raise AttributeError(f"module 'esjax' has no attribute {name!r}")
-
+# Each public name and the module it lives in.
+_HOMES = {
+    "Interrupted": "esjax.evolve",
+    "RunSummary": "esjax.evolve",
+    "evolve": "esjax.evolve",
+    "ObsStats": "esjax.rollout",
+    "PopulationRollout": "esjax.rollout",
+    "RolloutResult": "esjax.rollout",
+    "obs_moments": "esjax.rollout",
+    "load_metrics": "esjax.runs",
+    "sweep": "esjax.sweeps",
+    "use_cpu_cores": "esjax.distributed",
+    "SavedPolicy": "esjax.saved",
+    "evaluate_run": "esjax.saved",
+    "load_policy": "esjax.saved",
+}
+_SUBMODULES = ("policies",)
 
 __all__ = [
     "Interrupted",
@@ -40,3 +47,31 @@ __all__ = [
     "sweep",
     "use_cpu_cores",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name]), name)
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'esjax' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+class _Package(types.ModuleType):
+    """esjax's module type: ``esjax.evolve`` stays the function after ``esjax.evolve`` the module
+    is imported (the import system then sets the package attribute of that name to the module)."""
+
+    @property
+    def evolve(self) -> Any:
+        return importlib.import_module("esjax.evolve").evolve
+
+    @evolve.setter
+    def evolve(self, module: Any) -> None:
+        """The import system naming the submodule here: the function keeps the name."""
+
+
+sys.modules[__name__].__class__ = _Package

@@ -1,22 +1,21 @@
-"""The ``esjax`` command line: a thin typer app over :mod:`esjax.evolve`, plotting and rendering.
+"""The ``esjax`` command line: a thin typer app over esjax's library.
 
-Everything a test needs without the CLI lives in the library; this module parses arguments,
-reports progress and turns errors into messages and exit codes: a config problem is one red
-line on stderr and exit code 2 (no traceback); a run stopped by Ctrl-C, SIGTERM, SIGHUP or
-SIGUSR1 checkpoints and exits with 128 + the signal number (130 for Ctrl-C, 143 for SIGTERM).
-JAX-heavy modules are imported inside the commands so that ``--help`` and ``list`` are quick.
+This module parses arguments, prints tables and turns errors into messages and exit codes: a
+config problem is one red line on stderr and exit code 2 (no traceback); a run stopped by
+Ctrl-C, SIGTERM, SIGHUP or SIGUSR1 checkpoints and exits with 128 + the signal number (130 for
+Ctrl-C, 143 for SIGTERM). What the commands do lives in the library, reached through
+:func:`_library`, so that ``--help`` and argument errors never load JAX.
 """
 
-import contextlib
 import functools
 import json
 import math
 import os
 import sys
-import time
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
+from types import ModuleType
 from typing import Annotated, Any
 
 import typer
@@ -24,32 +23,24 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from esjax import cache
 from esjax.config import ConfigError
+from esjax.progress import ProgressReport, count, duration, number
 
-
-def _process_start() -> float:
-    """``time.perf_counter()`` at the moment this process started.
-
-    Importing esjax (JAX, flax) takes a second or more before this module runs, so "process
-    start" is read from the kernel where it says (Linux: ``/proc/self/stat``, to 10 ms). It is
-    this module's import elsewhere, and in a process that imported it long after starting (a
-    notebook, a test session), where the process's age says nothing about esjax.
-    """
-    now = time.perf_counter()
-    try:
-        with open("/proc/self/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: ticks after boot
-        age = time.clock_gettime(time.CLOCK_BOOTTIME) - started
-    except (OSError, ValueError, IndexError, AttributeError):
-        return now
-    return now - age if 0.0 <= age < 60.0 else now
-
-
-_STARTED = _process_start()
 EXIT_CONFIG = 2
 EXIT_INTERRUPTED = 130
 EXIT_LOST = 3
+
+
+def _library(
+    coordinator: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+) -> ModuleType:
+    """:mod:`esjax.commands`, after JAX's devices are set (and a multi-process run joined)."""
+    from esjax import launch  # keeps --help and argument errors from loading JAX
+
+    return launch.library(coordinator, num_processes, process_id)
 
 
 def _example(*lines: str) -> str:
@@ -121,119 +112,6 @@ def _run_dir(path: Path) -> Path:
     return path
 
 
-def _number(value: Any, digits: int = 1) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
-    return f"{value:,.{digits}f}"
-
-
-def _count(value: float) -> str:
-    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= size:
-            return f"{value / size:.1f}{unit}"
-    return f"{value:.0f}"
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds):
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    seconds = round(seconds)
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
-# ---------------------------------------------------------------------------- progress
-class ProgressReport:
-    """The ``on_progress`` callback: a live bar on a terminal, a line every few seconds in logs."""
-
-    def __init__(self, console: Console, label: str, seeds: int = 1, log_every_s: float = 5.0):
-        self.console = console
-        self.label = label
-        self.seeds = seeds  # on_progress gets one row per seed; they are shown averaged
-        self.log_every_s = log_every_s
-        self.first_report_s: float | None = None  # process start -> first generation block
-        self.last_eval: float | None = None
-        self._prev: tuple[int, float, float] | None = None  # (generation, env_steps, wall_s)
-        self._rows: list[dict[str, Any]] = []  # this generation's rows, one per seed
-        self._last_log = -math.inf
-        self._progress = None
-        self._task = None
-
-    def __enter__(self) -> "ProgressReport":
-        if self.console.is_terminal:
-            from rich import progress as rp
-
-            self._progress = rp.Progress(
-                rp.TextColumn("[bold]{task.description}"),
-                rp.BarColumn(),
-                rp.MofNCompleteColumn(),
-                rp.TextColumn("{task.fields[stats]}"),
-                rp.TimeElapsedColumn(),
-                rp.TextColumn("ETA {task.fields[eta]}"),
-                console=self.console,
-            )
-            self._progress.start()
-            self._task = self._progress.add_task(
-                self.label, total=None, stats="compiling…", eta="-"
-            )
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-
-    def __call__(self, metrics: dict[str, Any]) -> None:
-        """One row per seed for the last generation of a block; shown once all seeds are in."""
-        now = time.perf_counter()
-        if self.first_report_s is None:
-            self.first_report_s = now - _STARTED
-        gen = int(metrics.get("generation", 0))
-        if self._rows and gen != self._rows[0].get("generation"):
-            self._rows = []
-        self._rows.append(metrics)
-        if len(self._rows) < self.seeds:
-            return
-        self._show(now, gen, self._rows)
-
-    def _show(self, now: float, gen: int, rows: list[dict[str, Any]]) -> None:
-        def mean(key: str) -> float | None:
-            values = [float(r[key]) for r in rows if r.get(key) is not None]
-            return sum(values) / len(values) if values else None
-
-        total = rows[0].get("generations")
-        steps = sum(float(r.get("env_steps", 0)) for r in rows)
-        wall = float(rows[0].get("wall_s", 0.0))
-        rate, eta = math.nan, None
-        if self._prev is not None and wall > self._prev[2] and gen > self._prev[0]:
-            prev_gen, prev_steps, prev_wall = self._prev
-            rate = (steps - prev_steps) / (wall - prev_wall)
-            if total is not None:
-                eta = (float(total) - gen) * (wall - prev_wall) / (gen - prev_gen)
-        elif wall > 0:
-            rate = steps / wall  # first block: includes compilation
-        self._prev = (gen, steps, wall)
-        if mean("eval_return") is not None:
-            self.last_eval = mean("eval_return")
-        stats = (
-            f"best {_number(mean('fitness_best'))}  "
-            f"mean {_number(mean('fitness_mean'))}  "
-            f"eval {_number(self.last_eval)}  "
-            f"{_count(rate) if math.isfinite(rate) else '-'} steps/s"
-        )
-        if self._progress is not None:
-            self._progress.update(
-                self._task, completed=gen, total=total, stats=stats, eta=_duration(eta)
-            )
-            return
-        last = total is not None and gen >= int(total)
-        evaluated = mean("eval_return") is not None
-        if now - self._last_log >= self.log_every_s or last or evaluated:
-            self._last_log = now
-            done = f"{gen}/{int(total)}" if total is not None else f"{gen}"
-            self.console.print(f"gen {done}  {stats}  ETA {_duration(eta)}", soft_wrap=True)
-
-
 # ---------------------------------------------------------------------------- global options
 @app.callback()
 def _global_options(
@@ -248,8 +126,6 @@ def _global_options(
     ] = False,
 ) -> None:
     """Runs before every command, before anything compiles."""
-    from esjax import cache
-
     if no_cache or cache.disabled_by_env():
         cache.disable_compilation_cache()
     else:
@@ -263,20 +139,6 @@ LOG_OPTION = typer.Option(
     help="Also log the metrics and the config to tensorboard, wandb or mlflow (each an extra: "
     'pip install "esjax[tensorboard]"); repeatable.',
 )
-
-
-@contextlib.contextmanager
-def _tracking(backends: list[str] | None, report: Any, resumed: Path | None):
-    """The ``on_progress`` callback: ``report``, after copying new metrics to the trackers."""
-    if not backends:
-        yield report
-        return
-    from esjax.runs import load_metrics
-    from esjax.trackers import RunLogger
-
-    done = max((int(r["generation"]) for r in load_metrics(resumed)), default=0) if resumed else 0
-    with RunLogger(backends, skip_through=done, then=report) as logger:
-        yield logger
 
 
 # Options that `evolve` and `sweep` share, declared once.
@@ -381,32 +243,19 @@ def evolve(
     resumes from its last checkpoint. Only one process at a time may write a run directory.
     """
     overrides = tuple(set_ or ())
-    if coordinator is not None or num_processes not in (None, 1):
-        from esjax.distributed import initialize
-
-        try:
-            initialize(coordinator, num_processes, process_id)
-        except ValueError as error:
-            raise ConfigError(str(error)) from None
+    lib = _library(coordinator, num_processes, process_id)
     if task is None and not resume:
         raise ConfigError("missing TASK: a preset name (see `esjax list`) or a TOML file")
     if resume and out_dir is None:
         raise ConfigError("--resume needs the run directory: --out RUN")
     if task is not None:
-        _check_task(task, overrides)
-    from esjax.evolve import Interrupted, LostProcess
-    from esjax.evolve import evolve as run_evolution
-
+        lib.checked_task(task, overrides)  # fail fast, before anything compiles
     label = Path(task).stem if task is not None else Path(out_dir).name
-    shown_seeds = seeds
-    if resume:
-        from esjax.runs import read_run_config
-
-        shown_seeds = read_run_config(out_dir).seeds
+    shown_seeds = lib.read_run_config(out_dir).seeds if resume else seeds
     report = ProgressReport(console, f"evolve {label}", seeds=shown_seeds)
     try:
-        with report, _tracking(log, report, out_dir if resume else None) as on_progress:
-            summary = run_evolution(
+        with report, lib.tracking(log, report, out_dir if resume else None) as on_progress:
+            summary = lib.evolve(
                 task,
                 strategy=strategy,
                 popsize=popsize,
@@ -421,37 +270,24 @@ def evolve(
                 checkpoint_every_s=checkpoint_every,
                 on_progress=on_progress,
             )
-    except Interrupted as stop:
+    except lib.Interrupted as stop:
         err.print(Text(str(stop), style="yellow"), soft_wrap=True)
         raise typer.Exit(stop.exit_code) from None
-    except LostProcess as lost:
+    except lib.LostProcess as lost:
         print_error(str(lost))
         sys.stderr.flush()
         sys.stdout.flush()
         # Skip JAX's shutdown barrier: it would wait for the lost process until its timeout.
         os._exit(EXIT_LOST)
-    import jax
-
-    if jax.process_index() == 0:
-        _finish_evolve(summary, report)
+    if lib.process_index() == 0:
+        _finish_evolve(lib, summary, report)
 
 
-def _check_task(task: str, overrides: tuple[str, ...]) -> None:
-    """Fail fast, before anything compiles: unknown task, bad preset, bad ``--set``, bad env id."""
-    from esjax import presets
-    from esjax.tasks import check_task
-
-    _, config, _, source = presets.load_task(task, overrides)
-    check_task(config, source)  # the library decides what an env id and its params are
-
-
-def _finish_evolve(summary: Any, report: ProgressReport) -> None:
-    from esjax.plotting import plot_runs
-    from esjax.runs import read_run_config
-
+def _finish_evolve(lib: ModuleType, summary: Any, report: ProgressReport) -> None:
+    """The run's summary table and the verdict its summary.json holds (esjax.saved.verdict)."""
     run_dir = Path(summary.run_dir)
-    figure = plot_runs([run_dir], run_dir / "fitness.png")
-    config = read_run_config(run_dir)
+    figure = lib.plot_runs([run_dir], run_dir / "fitness.png")
+    seeds = lib.read_run_config(run_dir).seeds
     judged = summary.verdict
 
     table = Table(title="esjax evolve", show_header=False, title_justify="left")
@@ -459,24 +295,23 @@ def _finish_evolve(summary: Any, report: ProgressReport) -> None:
     table.add_column()
     table.add_row("run directory", str(run_dir))
     table.add_row("generations", f"{summary.generations:,}")
-    seeds = config.seeds
     per_seed = " per seed" if seeds > 1 else ""
     table.add_row("env steps", f"{summary.env_steps:,}{per_seed}")
-    table.add_row("wall time (from building the task)", _duration(summary.wall_s))
+    table.add_row("wall time (from building the task)", duration(summary.wall_s))
     if summary.wall_s:
-        rate = _count(seeds * summary.env_steps / summary.wall_s)
+        rate = count(seeds * summary.env_steps / summary.wall_s)
         table.add_row("env steps/s", f"{rate} (all seeds, with compilation)")
     table.add_row("process start → first block", f"{report.first_report_s or math.nan:.1f} s")
-    table.add_row("eval return (final)", _number(summary.final_eval_return))
-    table.add_row("eval return (best)", _number(summary.best_eval_return))
+    table.add_row("eval return (final)", number(summary.final_eval_return))
+    table.add_row("eval return (best)", number(summary.best_eval_return))
     if judged is not None:
-        table.add_row("test return (final, fresh episodes)", _number(judged.final_return))
-        table.add_row("test return (best, fresh episodes)", _number(judged.best_return))
+        table.add_row("test return (final, fresh episodes)", number(judged.final_return))
+        table.add_row("test return (best, fresh episodes)", number(judged.best_return))
     table.add_row("fitness plot", str(figure))
     console.print(table)
     if judged is not None:
-        # The one verdict (esjax.saved): the final policy on episodes that neither training
-        # nor the choice of the best policy saw. The best policy is shown above, not judged.
+        # The final policy on episodes that neither training nor the choice of the best
+        # policy saw. The best policy is shown above, not judged.
         value, threshold = judged.final_return, judged.threshold
         verdict = "≥" if judged.solved else "<"
         text = f"test return {value:.1f} {verdict} {threshold:g} (final policy, fresh episodes)"
@@ -571,91 +406,57 @@ def eval_(
     _run_dir(run)
     if baseline is not None and (grid or grid_axis):
         raise ConfigError("--baseline and --grid exclude each other")
-    if baseline is not None:
-        if out_file is not None or overwrite:
-            raise ConfigError("--out and --overwrite go with --grid")
-        _eval_baseline(run, episodes, split, which, seed, as_json, baseline)
-        return
-    if grid or grid_axis:
-        _eval_grid(run, episodes, split, which, seed, as_json, grid_axis or (), out_file, overwrite)
-        return
-    if out_file is not None or overwrite:
+    if (out_file is not None or overwrite) and not (grid or grid_axis):
         raise ConfigError("--out and --overwrite go with --grid")
-    from esjax.saved import evaluate_run
+    lib = _library()
+    if baseline is not None:
+        record = lib.baseline_record(run, episodes, split, seed, which.value, baseline.value)
+        _print_record(record) if as_json else _show_baseline(record)
+    elif grid or grid_axis:
+        record, json_path, png_path = lib.grid_record(
+            run,
+            grid_axis or (),
+            episodes=episodes,
+            seed=seed,
+            which=which.value,
+            out=out_file,
+            overwrite=overwrite,
+            split=split,
+        )
+        _print_record(record) if as_json else _show_grid(record, json_path, png_path)
+    else:
+        record = lib.policy_record(run, episodes, split, seed, which.value)
+        _print_record(record) if as_json else _show_policy(record)
 
-    result = evaluate_run(run, episodes=episodes, split=split, seed=seed, which=which.value)
-    record = {
-        "run": str(run),
-        "which": which.value,
-        "split": split or "train",
-        **{k: _plain(v) for k, v in result.items()},
-    }
-    if as_json:
-        sys.stdout.write(json.dumps(record) + "\n")
-        return
-    table = Table(title=f"test return of {run} ({which.value} policy)", title_justify="left")
+
+def _print_record(record: dict[str, Any]) -> None:
+    """``--json``: one JSON object on one line of stdout."""
+    sys.stdout.write(json.dumps(record) + "\n")
+
+
+def _show_policy(record: dict[str, Any]) -> None:
+    table = Table(
+        title=f"test return of {record['run']} ({record['which']} policy)", title_justify="left"
+    )
     for name in ("episodes", "mean", "std", "min", "max"):
         table.add_column(name, justify="right")
     table.add_row(
         str(record["episodes"]),
-        *(_number(record[k], 2) for k in ("mean", "std", "min", "max")),
+        *(number(record[k], 2) for k in ("mean", "std", "min", "max")),
     )
     console.print(table)
 
 
-def _eval_baseline(
-    run: Path,
-    episodes: int,
-    split: str | None,
-    which: Which,
-    seed: int,
-    as_json: bool,
-    baseline: Baseline,
-) -> None:
-    """``eval --baseline``: the policy, the zero action and the reference on the same episodes."""
-    import numpy as np
-
-    from esjax.saved import baseline_returns, evaluate_run, make_test_rollout
-
-    config, rollout = make_test_rollout(run, split)
-    if baseline is Baseline.analytic:
-        from esjax.baselines import baseline_rollout
-
-        baseline_rollout(rollout, baseline.value)  # no controller for this env: fail first
-    policy = evaluate_run(run, episodes, split, seed, which.value, built=(config, rollout))
-    rows = {f"policy ({which.value})": policy["returns"]}
-    for name in dict.fromkeys(("zero", baseline.value)):
-        returns = baseline_returns(run, episodes, split, seed, name, built=(config, rollout))
-        rows["zero action" if name == "zero" else name] = [float(r) for r in returns]
-    summary = {
-        name: {
-            "mean": float(np.mean(r)),
-            "std": float(np.std(r)),
-            "min": float(np.min(r)),
-            "max": float(np.max(r)),
-        }
-        for name, r in rows.items()
-    }
-    record = {
-        "run": str(run),
-        "which": which.value,
-        "split": split or "train",
-        "seed": seed,
-        "episodes": episodes,
-        "returns": summary,
-    }
-    if baseline is Baseline.analytic:
-        zero, top = summary["zero action"]["mean"], summary["analytic"]["mean"]
-        record["score_vs_analytic"] = (policy["mean"] - zero) / (top - zero)
-    if as_json:
-        sys.stdout.write(json.dumps(record) + "\n")
-        return
-    title = f"test return on {run}'s test episodes ({record['split']}, seed {seed})"
+def _show_baseline(record: dict[str, Any]) -> None:
+    """``eval --baseline``: the policy, the zero action and the reference, and the score."""
+    title = (
+        f"test return on {record['run']}'s test episodes ({record['split']}, seed {record['seed']})"
+    )
     table = Table(title=title, title_justify="left")
     for name in ("policy", "episodes", "mean", "std", "min", "max"):
         table.add_column(name, justify="left" if name == "policy" else "right")
-    for name, stats in summary.items():
-        table.add_row(name, str(episodes), *(_number(stats[k], 2) for k in stats))
+    for name, stats in record["returns"].items():
+        table.add_row(name, str(record["episodes"]), *(number(stats[k], 2) for k in stats))
     console.print(table)
     if "score_vs_analytic" in record:
         console.print(
@@ -663,45 +464,13 @@ def _eval_baseline(
         )
 
 
-def _eval_grid(
-    run: Path,
-    episodes: int,
-    split: str | None,
-    which: Which,
-    seed: int,
-    as_json: bool,
-    specs: list[str] | tuple[str, ...],
-    out_file: Path | None,
-    overwrite: bool,
-) -> None:
-    """``eval --grid``: every check that needs no compile comes before the compile."""
-    from esjax import meta
-
-    if split is not None:
-        raise ConfigError("--split and --grid exclude each other: a grid pins the parameters")
-    json_path = out_file or run / "grid.json"
-    if json_path.suffix != ".json":
-        raise ConfigError(f"--out {json_path}: expected a .json file (the heatmap goes next to it)")
-    png_path = json_path.with_suffix(".png")
-    existing = [str(p) for p in (json_path, png_path) if p.exists()]
-    if existing and not overwrite:
-        raise ConfigError(f"{existing[0]} exists; pass --overwrite to replace it, or --out")
-    axes = meta.grid_axes(run, specs)
-    from esjax.plotting import plot_grid
-    from esjax.runs import write_json
-
-    record = meta.evaluate_grid(run, axes, episodes=episodes, seed=seed, which=which.value)
-    record["figure"] = png_path.name
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    write_json(json_path, record)
-    plot_grid(record, png_path)
-    if as_json:
-        sys.stdout.write(json.dumps(record) + "\n")
-        return
+def _show_grid(record: dict[str, Any], json_path: Path, png_path: Path) -> None:
+    """``eval --grid``: mean test return per cell; the training range in bold."""
     rows, cols = record["values"]
     row_name, col_name = record["axes"]
     table = Table(
-        title=f"mean test return of {run} ({which.value} policy, {episodes} episodes per cell)",
+        title=f"mean test return of {record['run']} ({record['which']} policy, "
+        f"{record['episodes']} episodes per cell)",
         title_justify="left",
         caption="bold: inside the training range",
         caption_justify="left",
@@ -711,21 +480,12 @@ def _eval_grid(
         table.add_column(f"{value:.3g}", justify="right")
     for value, means, inside in zip(rows, record["mean"], record["in_training"], strict=True):
         cells = [
-            Text(_number(m, 0), style="bold" if i else "dim")
+            Text(number(m, 0), style="bold" if i else "dim")
             for m, i in zip(means, inside, strict=True)
         ]
         table.add_row(f"{value:.3g}", *cells)
     console.print(table)
     console.print(f"wrote {json_path} and {png_path}", soft_wrap=True)
-
-
-def _plain(value: Any) -> Any:
-    """numpy scalars and arrays as JSON-ready Python values."""
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
 
 
 @app.command(
@@ -756,10 +516,8 @@ def plot(
     """
     for run in runs:
         _run_dir(run)
-    from esjax.plotting import plot_runs
-
     target = out_file or (runs[0] / "fitness.png" if len(runs) == 1 else Path("fitness.png"))
-    path = plot_runs(runs, target, x=x.value, title=title)
+    path = _library().plot_runs(runs, target, x=x.value, title=title)
     console.print(f"wrote {path}", soft_wrap=True)
 
 
@@ -803,9 +561,7 @@ def render(
     as a diagram of the episode so far.
     """
     _run_dir(run)
-    from esjax.render import render_run
-
-    path, total = render_run(
+    path, total = _library().render_run(
         run,
         out_file,
         which=which.value,
@@ -885,23 +641,17 @@ def sweep(
         raise ConfigError("missing TASK: a preset name (see `esjax list`) or a TOML file")
     if resume and out_dir is None:
         raise ConfigError("--resume needs the sweep directory: --out SWEEP")
+    lib = _library()
     if task is not None:
-        _check_task(task, tuple(set_ or ()))
-    from esjax.sweeps import SweepInterrupted
-    from esjax.sweeps import sweep as run_sweep
-
+        lib.checked_task(task, tuple(set_ or ()))  # fail fast, before anything compiles
     reports: list[ProgressReport] = []
-    shown_seeds = seeds
-    if resume:
-        from esjax.sweeps import read_spec
+    shown_seeds = int(lib.read_spec(out_dir)["seeds"]) if resume else seeds
 
-        shown_seeds = int(read_spec(out_dir)["seeds"])
-
-    def announce(configuration: Any, index: int, count: int) -> None:
+    def announce(configuration: Any, index: int, total: int) -> None:
         if reports:
             reports[-1].__exit__(None, None, None)
         label = ", ".join(configuration.overrides)
-        console.print(f"[bold]configuration {index + 1}/{count}[/bold]: {label}", soft_wrap=True)
+        console.print(f"[bold]configuration {index + 1}/{total}[/bold]: {label}", soft_wrap=True)
         report = ProgressReport(console, configuration.name, seeds=shown_seeds)
         reports.append(report.__enter__())
 
@@ -911,7 +661,7 @@ def sweep(
             reports[-1](row)
 
     try:
-        record = run_sweep(
+        record = lib.sweep(
             task,
             vary or (),
             seeds=seeds,
@@ -929,21 +679,21 @@ def sweep(
             on_progress=progress,
             on_configuration=announce,
         )
-    except SweepInterrupted as stop:
+    except lib.SweepInterrupted as stop:
         err.print(Text(str(stop), style="yellow"), soft_wrap=True)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     finally:
         if reports:
             reports[-1].__exit__(None, None, None)
-    _show_sweep(record, out_dir)
+    _show_sweep(record, lib.sweep_rows(record), out_dir)
 
 
-def _show_sweep(record: dict[str, Any], out_dir: Path | None) -> None:
-    def cell(stats: dict[str, Any]) -> str:
-        if stats.get("low") is None:
-            return _number(stats.get("mean"))
-        half = (stats["high"] - stats["low"]) / 2
-        return f"{_number(stats['mean'])} ± {_number(half)}"
+def _show_sweep(record: dict[str, Any], rows: list[dict[str, Any]], out_dir: Path | None) -> None:
+    """The sweep's table: test return per configuration (mean ± half its 95% interval)."""
+
+    def cell(interval: tuple[float | None, float | None]) -> str:
+        mean, half = interval
+        return number(mean) if half is None else f"{number(mean)} ± {number(half)}"
 
     n = record["spec"]["seeds"]
     table = Table(
@@ -953,15 +703,14 @@ def _show_sweep(record: dict[str, Any], out_dir: Path | None) -> None:
     columns = ("configuration", "final", "best", "seeds solved", "env steps to threshold")
     for name in columns:
         table.add_column(name, justify="left" if name == "configuration" else "right")
-    for entry in record["configurations"]:
-        verdicts = entry["solved_per_seed"]
-        reached = entry["env_steps_to_threshold"]["mean_over_reached"]
+    for row in rows:
+        solved, reached = row["solved"], row["env_steps_to_threshold"]
         table.add_row(
-            ", ".join(entry["overrides"]),
-            cell(entry["final_test_return"]),
-            cell(entry["best_test_return"]),
-            f"{entry['solved_seeds']}/{len(verdicts)}" if verdicts else "-",
-            _count(reached) if reached else "-",
+            row["configuration"],
+            cell(row["final"]),
+            cell(row["best"]),
+            f"{solved[0]}/{solved[1]}" if solved else "-",
+            count(reached) if reached else "-",
         )
     console.print(table)
     where = record.get("sweep_dir") or out_dir
@@ -992,16 +741,14 @@ def export(
     _run_dir(run)
     if not csv:
         raise ConfigError("choose a format: --csv")
-    from esjax.runs import atomic_write
-    from esjax.trackers import metrics_csv
-
-    text = metrics_csv(run)
+    lib = _library()
+    text = lib.metrics_csv(run)
     if out_file is not None and str(out_file) == "-":
         sys.stdout.write(text)
         return
     target = out_file or run / "metrics.csv"
     try:
-        atomic_write(target, text.encode())
+        lib.atomic_write(target, text.encode())
     except OSError as error:
         raise ConfigError(f"{target}: cannot write ({error.strerror or error})") from None
     console.print(f"wrote {target}", soft_wrap=True)
@@ -1011,13 +758,11 @@ def export(
 @handles_errors
 def list_() -> None:
     """Task presets, tuned strategy presets and every evosax algorithm, with descriptions."""
-    from esjax import presets
-    from esjax.strategies import catalogue
-
+    lib = _library()
     table = Table(title="Tasks", title_justify="left", show_edge=False)
     table.add_column("name", style="cyan", no_wrap=True)
     table.add_column("description")
-    for name, text in presets.describe("task"):
+    for name, text in lib.describe("task"):
         table.add_row(name, text)
     console.print(table)
     console.print()
@@ -1026,7 +771,7 @@ def list_() -> None:
     table.add_column("kind", no_wrap=True)
     table.add_column("description")
     styles = {"tuned preset": "bold green", "evosax": "", "cannot run": "dim"}
-    for name, kind, text in catalogue():
+    for name, kind, text in lib.catalogue():
         table.add_row(name, Text(kind, style=styles[kind]), text)
     console.print(table)
     console.print()
@@ -1037,10 +782,7 @@ def list_() -> None:
 
 
 def main() -> None:
-    """Console-script entry point: one JAX CPU device per core, then the typer app."""
-    from esjax.distributed import use_cpu_cores
-
-    use_cpu_cores()  # before anything creates an array (gymnax does at import)
+    """Console-script entry point: the typer app; usage errors are one line."""
     try:
         code = app(prog_name="esjax", standalone_mode=False)
     except typer.TyperException as err:  # a usage error: one line, not typer's boxed panel

@@ -12,13 +12,14 @@ each gets a ``/seed<N>`` suffix. The step is the generation.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -257,6 +258,28 @@ class RunLogger:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+@contextlib.contextmanager
+def tracking(
+    backends: Sequence[str] | None,
+    report: Callable[[dict[str, Any]], None],
+    resumed: str | Path | None = None,
+) -> Iterator[Callable[[dict[str, Any]], None]]:
+    """The ``on_progress`` callback: ``report``, after copying new metrics to the trackers.
+
+    Without ``backends`` it is ``report`` itself. ``resumed`` is the run directory of a resumed
+    run: the generations it already holds were sent by the process that wrote them, so they
+    are skipped. The trackers are closed (their last rows sent) when the block exits.
+    """
+    if not backends:
+        yield report
+        return
+    done = 0
+    if resumed is not None:
+        done = max((int(r["generation"]) for r in runs.load_metrics(resumed)), default=0)
+    with RunLogger(backends, skip_through=done, then=report) as logger:
+        yield logger
 
 
 # ---------------------------------------------------------------------------- CSV

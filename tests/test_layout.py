@@ -21,13 +21,13 @@ LAYERS = {
         "envs", "episode", "policies", "mirror", "rollout", "sharding", "distributed",
         "algorithms",
         "strategies", "cma", "noise", "draw", "fitness", "engine", "baselines", "tasks",
-        "memory", "cache", "programs",
+        "memory", "cache", "programs", "preflight",
     ],
     "host": [
         "runs", "lifecycle", "evolve", "saved", "sweeps", "meta", "plotting", "render",
-        "trackers",
+        "trackers", "evaluation",
     ],
-    "interface": ["cli", "__init__"],
+    "interface": ["progress", "commands", "launch", "cli", "__init__"],
 }  # fmt: skip
 RANK = {module: rank for rank, modules in enumerate(LAYERS.values()) for module in modules}
 # Imports of esjax modules inside functions today; the target is at most 5 (each a start-up

@@ -1,0 +1,47 @@
+"""Everything the ``esjax`` command line calls, in one namespace: the side of esjax that loads JAX.
+
+Import it through :func:`esjax.launch.library`, which sets JAX's devices first: importing this
+module imports evosax, which creates an array, and the first array fixes the devices.
+"""
+
+from jax import process_index
+
+from esjax.evaluation import (
+    baseline_record,
+    grid_record,
+    policy_record,
+    sweep_rows,
+)
+from esjax.evolve import Interrupted, LostProcess, evolve
+from esjax.files import atomic_write
+from esjax.plotting import plot_runs
+from esjax.preflight import checked_task
+from esjax.presets import describe
+from esjax.render import render_run
+from esjax.runs import read_run_config
+from esjax.strategies import catalogue
+from esjax.sweeps import SweepInterrupted, read_spec, sweep
+from esjax.trackers import metrics_csv, tracking
+
+__all__ = [
+    "Interrupted",
+    "LostProcess",
+    "SweepInterrupted",
+    "atomic_write",
+    "baseline_record",
+    "catalogue",
+    "checked_task",
+    "describe",
+    "evolve",
+    "grid_record",
+    "metrics_csv",
+    "plot_runs",
+    "policy_record",
+    "process_index",
+    "read_run_config",
+    "read_spec",
+    "render_run",
+    "sweep",
+    "sweep_rows",
+    "tracking",
+]

@@ -1,0 +1,25 @@
+"""A task named on the command line, loaded and checked before anything is written or compiled.
+
+``esjax evolve TASK`` and ``esjax sweep TASK`` fail fast on an unknown task, a bad preset, a bad
+``--set`` or an env id that does not exist, with the message naming the file the task came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from esjax.config import TaskConfig
+from esjax.presets import load_task
+from esjax.tasks import check_task
+
+
+def checked_task(task: str | Path, overrides: Sequence[str] = ()) -> TaskConfig:
+    """The task (a preset name or a TOML file) with ``overrides`` applied, checked.
+
+    Errors are :class:`~esjax.config.ConfigError` naming the task's source file; the checks are
+    :func:`esjax.tasks.check_task`'s (the library decides what an env id and its params are).
+    """
+    _, config, _, source = load_task(task, overrides)
+    check_task(config, source)
+    return config
