@@ -1,35 +1,23 @@
-"""The ``esjax`` command line: a thin typer app over esjax's library.
+"""The ``esjax`` command line: typer options over esjax's library, results as rich tables.
 
-This module parses arguments, prints tables and turns errors into messages and exit codes: a
-config problem is one red line on stderr and exit code 2 (no traceback); a run stopped by
-Ctrl-C, SIGTERM, SIGHUP or SIGUSR1 checkpoints and exits with 128 + the signal number (130 for
-Ctrl-C, 143 for SIGTERM). What the commands do lives in the library, reached through
-:func:`_library`, so that ``--help`` and argument errors never load JAX.
+What the commands do lives in the library, reached through :func:`_library` so that ``--help``
+and argument errors never load JAX; errors and exit codes are :mod:`esjax.terminal`'s.
 """
 
 import functools
 import json
-import math
-import os
 import sys
-from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from types import ModuleType
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
-from esjax import cache
+from esjax import cache, tables, terminal
 from esjax.config import ConfigError
-from esjax.progress import ProgressReport, count, duration, number
-
-EXIT_CONFIG = 2
-EXIT_INTERRUPTED = 130
-EXIT_LOST = 3
+from esjax.progress import ProgressReport, SweepProgress
+from esjax.terminal import EXIT_INTERRUPTED, console, handles_errors, print_stopped, run_dir
 
 
 def _library(
@@ -67,49 +55,10 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-console = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
-
-
-class XAxis(StrEnum):
-    generations = "generations"
-    env_steps = "env_steps"
-    wall_s = "wall_s"
-
-
-class Which(StrEnum):
-    final = "final"
-    best = "best"
-
-
-def print_error(message: str) -> None:
-    """One red line on stderr, never wrapped."""
-    err.print(Text(f"error: {message}", style="bold red"), soft_wrap=True)
-
-
-def handles_errors(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Config errors become one line and exit code 2; Ctrl-C becomes exit code 130."""
-
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return command(*args, **kwargs)
-        except ConfigError as error:
-            print_error(str(error))
-            raise typer.Exit(EXIT_CONFIG) from None
-        except KeyboardInterrupt:
-            err.print(Text("interrupted", style="yellow"))
-            raise typer.Exit(EXIT_INTERRUPTED) from None
-
-    return wrapper
-
-
-def _run_dir(path: Path) -> Path:
-    if not path.is_dir():
-        raise ConfigError(f"{path}: no such run directory")
-    if not (path / "config.json").is_file():
-        raise ConfigError(f"{path}: not a run directory (no config.json)")
-    return path
+# Choices of options, as typer shows them.
+XAxis = StrEnum("XAxis", ["generations", "env_steps", "wall_s"])
+Which = StrEnum("Which", ["final", "best"])
+Baseline = StrEnum("Baseline", ["analytic", "zero"])
 
 
 # ---------------------------------------------------------------------------- global options
@@ -132,15 +81,13 @@ def _global_options(
         cache.enable_compilation_cache()
 
 
-# ---------------------------------------------------------------------------- trackers
+# ---------------------------------------------------------------------------- shared options
 LOG_OPTION = typer.Option(
     "--log",
     metavar="BACKEND",
     help="Also log the metrics and the config to tensorboard, wandb or mlflow (each an extra: "
     'pip install "esjax[tensorboard]"); repeatable.',
 )
-
-
 # Options that `evolve` and `sweep` share, declared once.
 StrategyOption = Annotated[
     str | None,
@@ -155,6 +102,9 @@ PopsizeOption = Annotated[
 ]
 RolloutsOption = Annotated[
     int | None, typer.Option("--rollouts", "-r", help="Episodes per member per generation.")
+]
+RunArgument = Annotated[
+    Path, typer.Argument(metavar="RUN", help="A run directory written by esjax evolve.")
 ]
 
 
@@ -244,12 +194,7 @@ def evolve(
     """
     overrides = tuple(set_ or ())
     lib = _library(coordinator, num_processes, process_id)
-    if task is None and not resume:
-        raise ConfigError("missing TASK: a preset name (see `esjax list`) or a TOML file")
-    if resume and out_dir is None:
-        raise ConfigError("--resume needs the run directory: --out RUN")
-    if task is not None:
-        lib.checked_task(task, overrides)  # fail fast, before anything compiles
+    lib.checked_start(task, overrides, resume=resume, out=out_dir)  # fail before compiling
     label = Path(task).stem if task is not None else Path(out_dir).name
     shown_seeds = lib.read_run_config(out_dir).seeds if resume else seeds
     report = ProgressReport(console, f"evolve {label}", seeds=shown_seeds)
@@ -271,63 +216,15 @@ def evolve(
                 on_progress=on_progress,
             )
     except lib.Interrupted as stop:
-        err.print(Text(str(stop), style="yellow"), soft_wrap=True)
+        print_stopped(str(stop))
         raise typer.Exit(stop.exit_code) from None
     except lib.LostProcess as lost:
-        print_error(str(lost))
-        sys.stderr.flush()
-        sys.stdout.flush()
-        # Skip JAX's shutdown barrier: it would wait for the lost process until its timeout.
-        os._exit(EXIT_LOST)
+        terminal.exit_lost(str(lost))
     if lib.process_index() == 0:
-        _finish_evolve(lib, summary, report)
-
-
-def _finish_evolve(lib: ModuleType, summary: Any, report: ProgressReport) -> None:
-    """The run's summary table and the verdict its summary.json holds (esjax.saved.verdict)."""
-    run_dir = Path(summary.run_dir)
-    figure = lib.plot_runs([run_dir], run_dir / "fitness.png")
-    seeds = lib.read_run_config(run_dir).seeds
-    judged = summary.verdict
-
-    table = Table(title="esjax evolve", show_header=False, title_justify="left")
-    table.add_column(style="bold")
-    table.add_column()
-    table.add_row("run directory", str(run_dir))
-    table.add_row("generations", f"{summary.generations:,}")
-    per_seed = " per seed" if seeds > 1 else ""
-    table.add_row("env steps", f"{summary.env_steps:,}{per_seed}")
-    table.add_row("wall time (from building the task)", duration(summary.wall_s))
-    if summary.wall_s:
-        rate = count(seeds * summary.env_steps / summary.wall_s)
-        table.add_row("env steps/s", f"{rate} (all seeds, with compilation)")
-    table.add_row("process start → first block", f"{report.first_report_s or math.nan:.1f} s")
-    table.add_row("eval return (final)", number(summary.final_eval_return))
-    table.add_row("eval return (best)", number(summary.best_eval_return))
-    if judged is not None:
-        table.add_row("test return (final, fresh episodes)", number(judged.final_return))
-        table.add_row("test return (best, fresh episodes)", number(judged.best_return))
-    table.add_row("fitness plot", str(figure))
-    console.print(table)
-    if judged is not None:
-        # The final policy on episodes that neither training nor the choice of the best
-        # policy saw. The best policy is shown above, not judged.
-        value, threshold = judged.final_return, judged.threshold
-        verdict = "≥" if judged.solved else "<"
-        text = f"test return {value:.1f} {verdict} {threshold:g} (final policy, fresh episodes)"
-        if judged.solved:
-            console.print(Text(f"Solved: {text}.", style="bold green"))
-        else:
-            console.print(Text(f"Not solved: {text}.", style="yellow"))
-    console.print(
-        f"Next: [cyan]esjax eval {run_dir}[/cyan] · [cyan]esjax render {run_dir}[/cyan]",
-        soft_wrap=True,
-    )
-
-
-class Baseline(StrEnum):
-    analytic = "analytic"
-    zero = "zero"
+        directory = Path(summary.run_dir)
+        figure = lib.plot_runs([directory], directory / "fitness.png")
+        seeds = lib.read_run_config(directory).seeds
+        tables.show_evolve_summary(console, summary, seeds, figure, report.first_report_s)
 
 
 @app.command(
@@ -343,9 +240,7 @@ class Baseline(StrEnum):
 )
 @handles_errors
 def eval_(
-    run: Annotated[
-        Path, typer.Argument(metavar="RUN", help="A run directory written by esjax evolve.")
-    ],
+    run: RunArgument,
     episodes: Annotated[
         int, typer.Option("--episodes", "-n", min=1, help="Test episodes (per cell with --grid).")
     ] = 128,
@@ -403,7 +298,7 @@ def eval_(
     (e.g. mass x length), compiled once for the whole grid; the training range is outlined.
     With `--baseline`, a reference controller on the same episodes, and the normalised score.
     """
-    _run_dir(run)
+    run_dir(run)
     if baseline is not None and (grid or grid_axis):
         raise ConfigError("--baseline and --grid exclude each other")
     if (out_file is not None or overwrite) and not (grid or grid_axis):
@@ -411,7 +306,7 @@ def eval_(
     lib = _library()
     if baseline is not None:
         record = lib.baseline_record(run, episodes, split, seed, which.value, baseline.value)
-        _print_record(record) if as_json else _show_baseline(record)
+        show = functools.partial(tables.show_baseline_test, console)
     elif grid or grid_axis:
         record, json_path, png_path = lib.grid_record(
             run,
@@ -423,69 +318,14 @@ def eval_(
             overwrite=overwrite,
             split=split,
         )
-        _print_record(record) if as_json else _show_grid(record, json_path, png_path)
+        show = functools.partial(tables.show_grid_test, console, paths=(json_path, png_path))
     else:
         record = lib.policy_record(run, episodes, split, seed, which.value)
-        _print_record(record) if as_json else _show_policy(record)
-
-
-def _print_record(record: dict[str, Any]) -> None:
-    """``--json``: one JSON object on one line of stdout."""
-    sys.stdout.write(json.dumps(record) + "\n")
-
-
-def _show_policy(record: dict[str, Any]) -> None:
-    table = Table(
-        title=f"test return of {record['run']} ({record['which']} policy)", title_justify="left"
-    )
-    for name in ("episodes", "mean", "std", "min", "max"):
-        table.add_column(name, justify="right")
-    table.add_row(
-        str(record["episodes"]),
-        *(number(record[k], 2) for k in ("mean", "std", "min", "max")),
-    )
-    console.print(table)
-
-
-def _show_baseline(record: dict[str, Any]) -> None:
-    """``eval --baseline``: the policy, the zero action and the reference, and the score."""
-    title = (
-        f"test return on {record['run']}'s test episodes ({record['split']}, seed {record['seed']})"
-    )
-    table = Table(title=title, title_justify="left")
-    for name in ("policy", "episodes", "mean", "std", "min", "max"):
-        table.add_column(name, justify="left" if name == "policy" else "right")
-    for name, stats in record["returns"].items():
-        table.add_row(name, str(record["episodes"]), *(number(stats[k], 2) for k in stats))
-    console.print(table)
-    if "score_vs_analytic" in record:
-        console.print(
-            f"normalised score (0 = zero action, 1 = analytic): {record['score_vs_analytic']:.3f}"
-        )
-
-
-def _show_grid(record: dict[str, Any], json_path: Path, png_path: Path) -> None:
-    """``eval --grid``: mean test return per cell; the training range in bold."""
-    rows, cols = record["values"]
-    row_name, col_name = record["axes"]
-    table = Table(
-        title=f"mean test return of {record['run']} ({record['which']} policy, "
-        f"{record['episodes']} episodes per cell)",
-        title_justify="left",
-        caption="bold: inside the training range",
-        caption_justify="left",
-    )
-    table.add_column(f"{row_name} \\ {col_name}", justify="right", style="cyan")
-    for value in cols:
-        table.add_column(f"{value:.3g}", justify="right")
-    for value, means, inside in zip(rows, record["mean"], record["in_training"], strict=True):
-        cells = [
-            Text(number(m, 0), style="bold" if i else "dim")
-            for m, i in zip(means, inside, strict=True)
-        ]
-        table.add_row(f"{value:.3g}", *cells)
-    console.print(table)
-    console.print(f"wrote {json_path} and {png_path}", soft_wrap=True)
+        show = functools.partial(tables.show_policy_test, console)
+    if as_json:
+        sys.stdout.write(json.dumps(record) + "\n")
+    else:
+        show(record)
 
 
 @app.command(
@@ -515,7 +355,7 @@ def plot(
     as a mean line with a 95% confidence band; other runs get their own colour.
     """
     for run in runs:
-        _run_dir(run)
+        run_dir(run)
     target = out_file or (runs[0] / "fitness.png" if len(runs) == 1 else Path("fitness.png"))
     path = _library().plot_runs(runs, target, x=x.value, title=title)
     console.print(f"wrote {path}", soft_wrap=True)
@@ -530,9 +370,7 @@ def plot(
 )
 @handles_errors
 def render(
-    run: Annotated[
-        Path, typer.Argument(metavar="RUN", help="A run directory written by esjax evolve.")
-    ],
+    run: RunArgument,
     out_file: Annotated[
         Path | None,
         typer.Option("--out", "-o", help="GIF to write; default: RUN/episode.gif."),
@@ -560,7 +398,7 @@ def render(
     channels), Catch, DeepSea, FourRooms, MetaMaze, PointRobot, and bandits and bsuite chains
     as a diagram of the episode so far.
     """
-    _run_dir(run)
+    run_dir(run)
     path, total = _library().render_run(
         run,
         out_file,
@@ -637,85 +475,33 @@ def sweep(
     solve threshold) and the env steps until an evaluation first reached it; sweep.png draws a
     line per configuration (a heatmap of the final test return for two numeric keys).
     """
-    if task is None and not resume:
-        raise ConfigError("missing TASK: a preset name (see `esjax list`) or a TOML file")
-    if resume and out_dir is None:
-        raise ConfigError("--resume needs the sweep directory: --out SWEEP")
     lib = _library()
-    if task is not None:
-        lib.checked_task(task, tuple(set_ or ()))  # fail fast, before anything compiles
-    reports: list[ProgressReport] = []
+    lib.checked_start(task, tuple(set_ or ()), resume=resume, out=out_dir, directory="sweep")
     shown_seeds = int(lib.read_spec(out_dir)["seeds"]) if resume else seeds
-
-    def announce(configuration: Any, index: int, total: int) -> None:
-        if reports:
-            reports[-1].__exit__(None, None, None)
-        label = ", ".join(configuration.overrides)
-        console.print(f"[bold]configuration {index + 1}/{total}[/bold]: {label}", soft_wrap=True)
-        report = ProgressReport(console, configuration.name, seeds=shown_seeds)
-        reports.append(report.__enter__())
-
-    def progress(row: dict[str, Any]) -> None:
-        # A program runs several configurations; the bar follows the first one.
-        if Path(row["run_dir"]).name == reports[-1].label:
-            reports[-1](row)
-
     try:
-        record = lib.sweep(
-            task,
-            vary or (),
-            seeds=seeds,
-            seed=seed,
-            strategy=strategy,
-            popsize=popsize,
-            generations=generations,
-            rollouts=rollouts,
-            overrides=tuple(set_ or ()),
-            out=out_dir,
-            resume=resume,
-            overwrite=overwrite,
-            test_episodes=episodes,
-            log=tuple(log or ()),
-            on_progress=progress,
-            on_configuration=announce,
-        )
+        with SweepProgress(console, seeds=shown_seeds) as progress:
+            record = lib.sweep(
+                task,
+                vary or (),
+                seeds=seeds,
+                seed=seed,
+                strategy=strategy,
+                popsize=popsize,
+                generations=generations,
+                rollouts=rollouts,
+                overrides=tuple(set_ or ()),
+                out=out_dir,
+                resume=resume,
+                overwrite=overwrite,
+                test_episodes=episodes,
+                log=tuple(log or ()),
+                on_progress=progress,
+                on_configuration=progress.announce,
+            )
     except lib.SweepInterrupted as stop:
-        err.print(Text(str(stop), style="yellow"), soft_wrap=True)
+        print_stopped(str(stop))
         raise typer.Exit(EXIT_INTERRUPTED) from None
-    finally:
-        if reports:
-            reports[-1].__exit__(None, None, None)
-    _show_sweep(record, lib.sweep_rows(record), out_dir)
-
-
-def _show_sweep(record: dict[str, Any], rows: list[dict[str, Any]], out_dir: Path | None) -> None:
-    """The sweep's table: test return per configuration (mean ± half its 95% interval)."""
-
-    def cell(interval: tuple[float | None, float | None]) -> str:
-        mean, half = interval
-        return number(mean) if half is None else f"{number(mean)} ± {number(half)}"
-
-    n = record["spec"]["seeds"]
-    table = Table(
-        title=f"sweep of {record['spec']['task']}: test return over {n} seed(s), 95% interval",
-        title_justify="left",
-    )
-    columns = ("configuration", "final", "best", "seeds solved", "env steps to threshold")
-    for name in columns:
-        table.add_column(name, justify="left" if name == "configuration" else "right")
-    for row in rows:
-        solved, reached = row["solved"], row["env_steps_to_threshold"]
-        table.add_row(
-            row["configuration"],
-            cell(row["final"]),
-            cell(row["best"]),
-            f"{solved[0]}/{solved[1]}" if solved else "-",
-            count(reached) if reached else "-",
-        )
-    console.print(table)
-    where = record.get("sweep_dir") or out_dir
-    if where is not None:
-        console.print(f"wrote {Path(where) / 'sweep.json'} and {Path(where) / 'sweep.png'}")
+    tables.show_sweep(console, record, lib.sweep_rows(record), out_dir)
 
 
 @app.command(
@@ -726,9 +512,7 @@ def _show_sweep(record: dict[str, Any], rows: list[dict[str, Any]], out_dir: Pat
 )
 @handles_errors
 def export(
-    run: Annotated[
-        Path, typer.Argument(metavar="RUN", help="A run directory written by esjax evolve.")
-    ],
+    run: RunArgument,
     csv: Annotated[
         bool, typer.Option("--csv", help="metrics.jsonl as CSV, one row per generation and seed.")
     ] = False,
@@ -738,20 +522,14 @@ def export(
     ] = None,
 ) -> None:
     """Write a run's metrics in another format for spreadsheets and notebooks."""
-    _run_dir(run)
+    run_dir(run)
     if not csv:
         raise ConfigError("choose a format: --csv")
     lib = _library()
-    text = lib.metrics_csv(run)
     if out_file is not None and str(out_file) == "-":
-        sys.stdout.write(text)
-        return
-    target = out_file or run / "metrics.csv"
-    try:
-        lib.atomic_write(target, text.encode())
-    except OSError as error:
-        raise ConfigError(f"{target}: cannot write ({error.strerror or error})") from None
-    console.print(f"wrote {target}", soft_wrap=True)
+        sys.stdout.write(lib.metrics_csv(run))
+    else:
+        console.print(f"wrote {lib.write_metrics_csv(run, out_file)}", soft_wrap=True)
 
 
 @app.command(name="list", epilog=_example("esjax list"))
@@ -759,43 +537,12 @@ def export(
 def list_() -> None:
     """Task presets, tuned strategy presets and every evosax algorithm, with descriptions."""
     lib = _library()
-    table = Table(title="Tasks", title_justify="left", show_edge=False)
-    table.add_column("name", style="cyan", no_wrap=True)
-    table.add_column("description")
-    for name, text in lib.describe("task"):
-        table.add_row(name, text)
-    console.print(table)
-    console.print()
-    table = Table(title="Strategies", title_justify="left", show_edge=False)
-    table.add_column("name", style="cyan", no_wrap=True)
-    table.add_column("kind", no_wrap=True)
-    table.add_column("description")
-    styles = {"tuned preset": "bold green", "evosax": "", "cannot run": "dim"}
-    for name, kind, text in lib.catalogue():
-        table.add_row(name, Text(kind, style=styles[kind]), text)
-    console.print(table)
-    console.print()
-    console.print(
-        "Names are case-insensitive; a tuned preset wins over the evosax algorithm it tunes."
-    )
-    console.print(r"Run one: [cyan]esjax evolve TASK \[--strategy NAME][/cyan]")
+    tables.show_catalogue(console, lib.describe("task"), lib.catalogue())
 
 
 def main() -> None:
     """Console-script entry point: the typer app; usage errors are one line."""
-    try:
-        code = app(prog_name="esjax", standalone_mode=False)
-    except typer.TyperException as err:  # a usage error: one line, not typer's boxed panel
-        if not err.format_message().strip():  # bare `esjax`: the help is already printed
-            sys.exit(getattr(err, "exit_code", 2))
-        ctx = getattr(err, "ctx", None)
-        where = ctx.command_path if ctx is not None else "esjax"
-        message = " ".join(err.format_message().split())
-        print_error(f"{where}: {message} (see `{where} --help`)")
-        sys.exit(getattr(err, "exit_code", 2))
-    except typer.Abort:
-        sys.exit(1)
-    sys.exit(code if isinstance(code, int) else 0)
+    terminal.run_app(app, "esjax")
 
 
 if __name__ == "__main__":

@@ -13,24 +13,22 @@ from esjax.evaluation import (
     sweep_rows,
 )
 from esjax.evolve import Interrupted, LostProcess, evolve
-from esjax.files import atomic_write
 from esjax.plotting import plot_runs
-from esjax.preflight import checked_task
+from esjax.preflight import checked_start
 from esjax.presets import describe
 from esjax.render import render_run
 from esjax.runs import read_run_config
 from esjax.strategies import catalogue
 from esjax.sweeps import SweepInterrupted, read_spec, sweep
-from esjax.trackers import metrics_csv, tracking
+from esjax.trackers import metrics_csv, tracking, write_metrics_csv
 
 __all__ = [
     "Interrupted",
     "LostProcess",
     "SweepInterrupted",
-    "atomic_write",
     "baseline_record",
     "catalogue",
-    "checked_task",
+    "checked_start",
     "describe",
     "evolve",
     "grid_record",
@@ -44,4 +42,5 @@ __all__ = [
     "sweep",
     "sweep_rows",
     "tracking",
+    "write_metrics_csv",
 ]

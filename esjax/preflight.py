@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from esjax.config import TaskConfig
+from esjax.config import ConfigError, TaskConfig
 from esjax.presets import load_task
 from esjax.tasks import check_task
 
@@ -23,3 +23,23 @@ def checked_task(task: str | Path, overrides: Sequence[str] = ()) -> TaskConfig:
     _, config, _, source = load_task(task, overrides)
     check_task(config, source)
     return config
+
+
+def checked_start(
+    task: str | Path | None,
+    overrides: Sequence[str] = (),
+    *,
+    resume: bool = False,
+    out: str | Path | None = None,
+    directory: str = "run",
+) -> TaskConfig | None:
+    """A new run (or sweep) needs a task; a resumed one needs its directory. The task, checked.
+
+    ``directory`` names what ``out`` is (``"run"``, ``"sweep"``) in the message. Returns the
+    checked task, or None when resuming without one (the directory holds it).
+    """
+    if task is None and not resume:
+        raise ConfigError("missing TASK: a preset name (see `esjax list`) or a TOML file")
+    if resume and out is None:
+        raise ConfigError(f"--resume needs the {directory} directory: --out {directory.upper()}")
+    return checked_task(task, overrides) if task is not None else None

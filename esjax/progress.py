@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from rich import progress as rich_progress
@@ -155,3 +156,38 @@ class ProgressReport:
             self._last_log = now
             done = f"{gen}/{int(total)}" if total is not None else f"{gen}"
             self.console.print(f"gen {done}  {stats}  ETA {duration(eta)}", soft_wrap=True)
+
+
+class SweepProgress:
+    """A sweep's ``on_configuration`` and ``on_progress`` callbacks: a bar per configuration.
+
+    Each configuration is announced on its own line and gets a fresh :class:`ProgressReport`;
+    the last one is closed when the block exits, however the sweep ends.
+    """
+
+    def __init__(self, console: Console, seeds: int = 1):
+        self.console = console
+        self.seeds = seeds
+        self.reports: list[ProgressReport] = []
+
+    def __enter__(self) -> SweepProgress:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.reports:
+            self.reports[-1].__exit__(None, None, None)
+
+    def announce(self, configuration: Any, index: int, total: int) -> None:
+        """``on_configuration``: close the last bar, name the next configuration, open its bar."""
+        self.__exit__()
+        label = ", ".join(configuration.overrides)
+        self.console.print(
+            f"[bold]configuration {index + 1}/{total}[/bold]: {label}", soft_wrap=True
+        )
+        report = ProgressReport(self.console, configuration.name, seeds=self.seeds)
+        self.reports.append(report.__enter__())
+
+    def __call__(self, row: dict[str, Any]) -> None:
+        # A program runs several configurations; the bar follows the first one.
+        if Path(row["run_dir"]).name == self.reports[-1].label:
+            self.reports[-1](row)

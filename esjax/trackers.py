@@ -301,6 +301,20 @@ def metrics_csv(run_dir: str | Path) -> str:
     return buffer.getvalue()
 
 
+def write_metrics_csv(run_dir: str | Path, target: str | Path | None = None) -> Path:
+    """Write :func:`metrics_csv` to ``target`` (default ``RUN/metrics.csv``) and return its path.
+
+    A file that cannot be written is a :class:`~esjax.config.ConfigError` naming it.
+    """
+    text = metrics_csv(run_dir)
+    path = Path(target) if target is not None else Path(run_dir) / "metrics.csv"
+    try:
+        runs.atomic_write(path, text.encode())
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot write ({error.strerror or error})") from None
+    return path
+
+
 def _csv_value(value: Any) -> Any:
     if value is None:
         return ""

@@ -27,7 +27,7 @@ LAYERS = {
         "runs", "lifecycle", "evolve", "saved", "sweeps", "meta", "plotting", "render",
         "trackers", "evaluation",
     ],
-    "interface": ["progress", "commands", "launch", "cli", "__init__"],
+    "interface": ["progress", "terminal", "tables", "commands", "launch", "cli", "__init__"],
 }  # fmt: skip
 RANK = {module: rank for rank, modules in enumerate(LAYERS.values()) for module in modules}
 # Imports of esjax modules inside functions today; the target is at most 5 (each a start-up

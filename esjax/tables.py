@@ -1,0 +1,182 @@
+"""How the command line shows its results: rich tables of the records the library returns.
+
+Each function prints one record (a run's summary, a test, a grid, a sweep, the catalogue) on
+a :class:`rich.console.Console`, so a notebook can show a record the way ``esjax`` does. The
+records themselves come from :mod:`esjax.evaluation`, :mod:`esjax.evolve` and
+:mod:`esjax.sweeps`; nothing here computes a number. Nothing here imports JAX.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from esjax.progress import count, duration, number
+
+
+def show_evolve_summary(
+    console: Console, summary: Any, seeds: int, figure: Path, first_report_s: float | None
+) -> None:
+    """A finished run: its summary table, the verdict its summary.json holds, what to run next.
+
+    ``summary`` is :class:`esjax.evolve.RunSummary`; ``first_report_s`` is the time from
+    process start to the first generation block (:class:`esjax.progress.ProgressReport`).
+    """
+    run_dir, judged = Path(summary.run_dir), summary.verdict
+    table = Table(title="esjax evolve", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("run directory", str(run_dir))
+    table.add_row("generations", f"{summary.generations:,}")
+    per_seed = " per seed" if seeds > 1 else ""
+    table.add_row("env steps", f"{summary.env_steps:,}{per_seed}")
+    table.add_row("wall time (from building the task)", duration(summary.wall_s))
+    if summary.wall_s:
+        rate = count(seeds * summary.env_steps / summary.wall_s)
+        table.add_row("env steps/s", f"{rate} (all seeds, with compilation)")
+    table.add_row("process start → first block", f"{first_report_s or math.nan:.1f} s")
+    table.add_row("eval return (final)", number(summary.final_eval_return))
+    table.add_row("eval return (best)", number(summary.best_eval_return))
+    if judged is not None:
+        table.add_row("test return (final, fresh episodes)", number(judged.final_return))
+        table.add_row("test return (best, fresh episodes)", number(judged.best_return))
+    table.add_row("fitness plot", str(figure))
+    console.print(table)
+    if judged is not None:
+        # The final policy on episodes that neither training nor the choice of the best
+        # policy saw (esjax.saved.verdict). The best policy is shown above, not judged.
+        value, threshold = judged.final_return, judged.threshold
+        verdict = "≥" if judged.solved else "<"
+        text = f"test return {value:.1f} {verdict} {threshold:g} (final policy, fresh episodes)"
+        if judged.solved:
+            console.print(Text(f"Solved: {text}.", style="bold green"))
+        else:
+            console.print(Text(f"Not solved: {text}.", style="yellow"))
+    console.print(
+        f"Next: [cyan]esjax eval {run_dir}[/cyan] · [cyan]esjax render {run_dir}[/cyan]",
+        soft_wrap=True,
+    )
+
+
+def show_policy_test(console: Console, record: dict[str, Any]) -> None:
+    """:func:`esjax.evaluation.policy_record`: episodes, mean, std, min and max."""
+    title = f"test return of {record['run']} ({record['which']} policy)"
+    table = Table(title=title, title_justify="left")
+    for name in ("episodes", "mean", "std", "min", "max"):
+        table.add_column(name, justify="right")
+    table.add_row(
+        str(record["episodes"]),
+        *(number(record[k], 2) for k in ("mean", "std", "min", "max")),
+    )
+    console.print(table)
+
+
+def show_baseline_test(console: Console, record: dict[str, Any]) -> None:
+    """:func:`esjax.evaluation.baseline_record`: the policy, the zero action, the reference."""
+    where = f"{record['split']}, seed {record['seed']}"
+    title = f"test return on {record['run']}'s test episodes ({where})"
+    table = Table(title=title, title_justify="left")
+    for name in ("policy", "episodes", "mean", "std", "min", "max"):
+        table.add_column(name, justify="left" if name == "policy" else "right")
+    for name, stats in record["returns"].items():
+        table.add_row(name, str(record["episodes"]), *(number(stats[k], 2) for k in stats))
+    console.print(table)
+    if "score_vs_analytic" in record:
+        console.print(
+            f"normalised score (0 = zero action, 1 = analytic): {record['score_vs_analytic']:.3f}"
+        )
+
+
+def show_grid_test(console: Console, record: dict[str, Any], paths: tuple[Path, Path]) -> None:
+    """:func:`esjax.evaluation.grid_record` and the files it wrote: mean test return per cell."""
+    json_path, png_path = paths
+    rows, cols = record["values"]
+    row_name, col_name = record["axes"]
+    table = Table(
+        title=f"mean test return of {record['run']} ({record['which']} policy, "
+        f"{record['episodes']} episodes per cell)",
+        title_justify="left",
+        caption="bold: inside the training range",
+        caption_justify="left",
+    )
+    table.add_column(f"{row_name} \\ {col_name}", justify="right", style="cyan")
+    for value in cols:
+        table.add_column(f"{value:.3g}", justify="right")
+    for value, means, inside in zip(rows, record["mean"], record["in_training"], strict=True):
+        cells = [
+            Text(number(m, 0), style="bold" if i else "dim")
+            for m, i in zip(means, inside, strict=True)
+        ]
+        table.add_row(f"{value:.3g}", *cells)
+    console.print(table)
+    console.print(f"wrote {json_path} and {png_path}", soft_wrap=True)
+
+
+def show_sweep(
+    console: Console, record: dict[str, Any], rows: list[dict[str, Any]], out: Path | None
+) -> None:
+    """A sweep: test return per configuration (mean ± half its 95% interval), seeds solved.
+
+    ``rows`` are :func:`esjax.evaluation.sweep_rows` of ``record``; ``out`` is where the
+    sweep was asked to go, for a record that does not say.
+    """
+
+    def cell(interval: tuple[float | None, float | None]) -> str:
+        mean, half = interval
+        return number(mean) if half is None else f"{number(mean)} ± {number(half)}"
+
+    n = record["spec"]["seeds"]
+    table = Table(
+        title=f"sweep of {record['spec']['task']}: test return over {n} seed(s), 95% interval",
+        title_justify="left",
+    )
+    columns = ("configuration", "final", "best", "seeds solved", "env steps to threshold")
+    for name in columns:
+        table.add_column(name, justify="left" if name == "configuration" else "right")
+    for row in rows:
+        solved, reached = row["solved"], row["env_steps_to_threshold"]
+        table.add_row(
+            row["configuration"],
+            cell(row["final"]),
+            cell(row["best"]),
+            f"{solved[0]}/{solved[1]}" if solved else "-",
+            count(reached) if reached else "-",
+        )
+    console.print(table)
+    where = record.get("sweep_dir") or out
+    if where is not None:
+        console.print(f"wrote {Path(where) / 'sweep.json'} and {Path(where) / 'sweep.png'}")
+
+
+def show_catalogue(
+    console: Console,
+    tasks: Iterable[tuple[str, str]],
+    strategies: Iterable[tuple[str, str, str]],
+) -> None:
+    """``esjax list``: task presets ``(name, description)`` and strategies ``(name, kind, ...)``."""
+    table = Table(title="Tasks", title_justify="left", show_edge=False)
+    table.add_column("name", style="cyan", no_wrap=True)
+    table.add_column("description")
+    for name, text in tasks:
+        table.add_row(name, text)
+    console.print(table)
+    console.print()
+    table = Table(title="Strategies", title_justify="left", show_edge=False)
+    table.add_column("name", style="cyan", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("description")
+    styles = {"tuned preset": "bold green", "evosax": "", "cannot run": "dim"}
+    for name, kind, text in strategies:
+        table.add_row(name, Text(kind, style=styles[kind]), text)
+    console.print(table)
+    console.print()
+    console.print(
+        "Names are case-insensitive; a tuned preset wins over the evosax algorithm it tunes."
+    )
+    console.print(r"Run one: [cyan]esjax evolve TASK \[--strategy NAME][/cyan]")
