@@ -277,6 +277,22 @@ HELP = {
 }  # fmt: skip
 
 
+def test_the_command_line_and_the_specs_import_without_jax(tmp_path):
+    """``esjax --help`` and argument errors cost no JAX start-up: the CLI loads JAX on first use."""
+    code = (
+        "import sys\nimport esjax, esjax.cli, esjax.config, esjax.presets\n"
+        "print(sorted({'jax', 'flax', 'evosax', 'gymnax'} & set(sys.modules)))\n"
+        "from esjax import evolve, sweep, PopulationRollout, SavedPolicy, policies\n"
+        "import esjax.evolve\n"
+        "print(callable(esjax.evolve), evolve is esjax.evolve, 'sweep' in dir(esjax))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=cli_env(), capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["[]", "True True True"]
+
+
 def test_top_level_help_from_the_console_script(tmp_path):
     result = esjax("--help", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
