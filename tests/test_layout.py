@@ -27,12 +27,14 @@ LAYERS = {
         "runs", "lifecycle", "evolve", "saved", "sweeps", "meta", "plotting", "render",
         "trackers", "evaluation",
     ],
-    "interface": ["progress", "terminal", "tables", "commands", "launch", "cli", "__init__"],
+    "interface": [
+        "progress", "terminal", "tables", "commands", "launch", "cli", "__main__", "__init__",
+    ],
 }  # fmt: skip
 RANK = {module: rank for rank, modules in enumerate(LAYERS.values()) for module in modules}
 # Imports of esjax modules inside functions today; the target is at most 5 (each a start-up
 # cost that is measured). The ceiling only goes down.
-LAZY_CEILING = 90
+LAZY_CEILING = 60
 
 
 def imports() -> dict[str, list[tuple[str, bool]]]:
