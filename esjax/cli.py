@@ -17,7 +17,7 @@ import typer
 from esjax import cache, tables, terminal
 from esjax.config import ConfigError
 from esjax.progress import ProgressReport, SweepProgress
-from esjax.terminal import EXIT_INTERRUPTED, console, handles_errors, print_stopped, run_dir
+from esjax.terminal import EXIT_INTERRUPTED, check_run_dir, console, handles_errors, print_stopped
 
 
 def _library(
@@ -298,7 +298,7 @@ def eval_(
     (e.g. mass x length), compiled once for the whole grid; the training range is outlined.
     With `--baseline`, a reference controller on the same episodes, and the normalised score.
     """
-    run_dir(run)
+    check_run_dir(run)
     if baseline is not None and (grid or grid_axis):
         raise ConfigError("--baseline and --grid exclude each other")
     if (out_file is not None or overwrite) and not (grid or grid_axis):
@@ -355,7 +355,7 @@ def plot(
     as a mean line with a 95% confidence band; other runs get their own colour.
     """
     for run in runs:
-        run_dir(run)
+        check_run_dir(run)
     target = out_file or (runs[0] / "fitness.png" if len(runs) == 1 else Path("fitness.png"))
     path = _library().plot_runs(runs, target, x=x.value, title=title)
     console.print(f"wrote {path}", soft_wrap=True)
@@ -398,7 +398,7 @@ def render(
     channels), Catch, DeepSea, FourRooms, MetaMaze, PointRobot, and bandits and bsuite chains
     as a diagram of the episode so far.
     """
-    run_dir(run)
+    check_run_dir(run)
     path, total = _library().render_run(
         run,
         out_file,
@@ -522,7 +522,7 @@ def export(
     ] = None,
 ) -> None:
     """Write a run's metrics in another format for spreadsheets and notebooks."""
-    run_dir(run)
+    check_run_dir(run)
     if not csv:
         raise ConfigError("choose a format: --csv")
     lib = _library()

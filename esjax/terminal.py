@@ -67,7 +67,7 @@ def exit_lost(message: str) -> None:
     os._exit(EXIT_LOST)
 
 
-def run_dir(path: Path) -> Path:
+def check_run_dir(path: Path) -> Path:
     """``path``, checked to be a run directory (one with a config.json) before anything loads."""
     if not path.is_dir():
         raise ConfigError(f"{path}: no such run directory")
