@@ -44,6 +44,7 @@ from esjax.fitness import (
     to_fitness,
     ungroup_members,
 )
+from esjax.programs import KeptProgram
 from esjax.rollout import (
     ObsStats,
     PopulationRollout,
@@ -545,8 +546,6 @@ def keep_programs(engine: Engine, key: Any) -> Engine:
     ``key`` must name everything the engine was built from (a run's task, strategy, rollouts
     and popsize); the arguments' shapes, the devices and the code are added to it.
     """
-    from esjax.programs import KeptProgram
-
     metrics = generation_metric_shapes(engine.popsize)
     pair = jax.ShapeDtypeStruct((2,), jnp.float32)  # of the (mean, best) members
     evaluation = jax.tree.structure(jax.eval_shape(evaluation_metrics, pair, pair))

@@ -28,7 +28,7 @@ from evosax.core import fitness_shaping as shaping
 from evosax.core.optimizer import clipup
 from flax import struct
 
-from esjax import algorithms
+from esjax import algorithms, presets
 from esjax.algorithms import OPTIMIZERS, SHAPING_FNS, Setting, settings_table
 from esjax.cache import remembered
 from esjax.cma import resolve_decomposition_every
@@ -135,8 +135,6 @@ def load_strategy(
     Names are matched case-insensitively; a tuned preset wins over the evosax algorithm of the
     same name (``open_es`` is the preset, ``xnes`` is evosax's xNES with esjax's defaults).
     """
-    from esjax import presets
-
     where = f"{overrides_source}: strategy_settings"
     preset_names = presets.names("strategy")
     lowered = {n.lower(): n for n in preset_names}
@@ -167,8 +165,6 @@ def catalogue() -> list[tuple[str, str, str]]:
     ``kind`` is ``"tuned preset"``, ``"evosax"`` (runs with esjax's defaults) or
     ``"cannot run"`` (the description then says why). Reads no evosax params: it is instant.
     """
-    from esjax import presets
-
     rows, tuned = [], {}
     for name, text in presets.describe("strategy"):
         algorithm = str(presets.locate("strategy", name)[1].get("algorithm", ""))
