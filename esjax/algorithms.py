@@ -21,6 +21,7 @@ import functools
 import inspect
 import sys
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,10 +193,73 @@ def _grows_quadratically(small: Any, large: Any) -> bool:
     return any(b.size > ratio * a.size for a, b in sizes if a.size)
 
 
-@functools.cache
-def info(name: str) -> AlgorithmInfo:
-    """Everything esjax reads from evosax about ``name`` (a registry key); built once."""
-    check_runnable(name)
+# esjax's own settings, by what an algorithm must take for each group to apply. The loop's
+# (rollouts_multiplier, worst_episodes, validate_*, env_groups) travel in a run's config as a
+# table of their own (:class:`esjax.config.LoopSettings`); they are declared here all the same,
+# since which of them an algorithm accepts depends on the algorithm.
+_EVERY_ALGORITHM = {
+    "l2_penalty": Setting(0.0, "number", "L2 penalty on the parameters, in return units"),
+    "noise_prng": Setting("threefry", NOISE_PRNGS, "PRNG implementation for the ask draw"),
+    "mean_init": Setting("policy", MEAN_INITS, "initial mean: the policy's own init or zeros"),
+    "rollouts_multiplier": Setting(
+        1,
+        "int",
+        "episodes per member = the task's rollouts x this, for a strategy that needs quieter "
+        "returns than the task's default gives (rollouts given explicitly are kept)",
+    ),
+    "worst_episodes": Setting(
+        1.0,
+        "fraction",
+        "a member's fitness is the mean of this fraction of its episodes, the worst "
+        "(1: all of them); below 1 it ranks steadier members above ones that sometimes fail",
+    ),
+}
+_POPULATION_VALIDATION = {  # population-based algorithms: their best member is re-tested
+    "validate_top": Setting(
+        1,
+        "int",
+        "members of the best by training fitness re-tested on fresh episodes at each "
+        "block's end, the best of them reported (1: the best by training fitness, untested)",
+    ),
+    "validate_episodes": Setting(
+        None, "int", "episodes per re-tested member; default: the evaluation's count"
+    ),
+}
+_STD_SCHEDULE = {
+    "std_decay": Setting(1.0, "number", "std multiplied by this every generation"),
+    "std_min": Setting(0.0, "number", "floor of the decayed std"),
+}
+_OPTIMIZER = {
+    "optimizer": Setting("adam", OPTIMIZERS, "optax optimizer on the mean"),
+    "learning_rate": Setting(0.05, "number", "optimizer step size"),
+    "lr_decay": Setting(1.0, "number", "learning rate multiplied by this every generation"),
+    "lr_min": Setting(0.0, "number", "floor of the decayed learning rate"),
+    "momentum": Setting(0.9, "number", "sgd / clipup momentum; Adam's b1"),
+    "max_velocity": Setting(0.1, "number", "clipup: largest step norm"),
+    "weight_decay": Setting(0.0, "number", "decoupled decay of the mean per generation"),
+}
+_RANK_GROUPS = {  # centred ranks can be taken within groups of members sharing episode starts
+    "env_groups": Setting(
+        1, "groups", "groups of members sharing episode starts; 'auto' = popsize / 32"
+    ),
+}
+# Constructor keywords esjax supplies as objects of its own (built from the settings above).
+_BUILT_BY_ESJAX = ("optimizer", "std_schedule")
+
+
+@dataclass(frozen=True)
+class _Probed:
+    """What building an algorithm at two sizes tells: its object, params and state growth."""
+
+    es: Any
+    signature: Mapping[str, inspect.Parameter]
+    fields: dict[str, Any]  # evosax's default params, by field name
+    population_based: bool
+    quadratic: bool
+
+
+def _probed(name: str) -> _Probed:
+    """Build ``name`` at two small sizes; a failure is a one-line :class:`ConfigError`."""
     cls = REGISTRY[name]
     try:
         es, small = _probe(cls, _PROBE_DIMS[0])
@@ -203,93 +267,67 @@ def info(name: str) -> AlgorithmInfo:
     except Exception as error:  # e.g. a learned algorithm whose checkpoint is missing
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ConfigError(f"evosax's {name} cannot be built: {first}") from None
-    signature = inspect.signature(cls.__init__).parameters
-    takes_optimizer = "optimizer" in signature
-    takes_std_schedule = "std_schedule" in signature
-    population_based = isinstance(es, PopulationBasedAlgorithm)
-    quadratic = _grows_quadratically(small, large)
-    shaping_default = default_shaping(name)
     params = es.default_params
-    fields = {f.name: getattr(params, f.name) for f in dataclasses.fields(params)}
+    return _Probed(
+        es=es,
+        signature=inspect.signature(cls.__init__).parameters,
+        fields={f.name: getattr(params, f.name) for f in dataclasses.fields(params)},
+        population_based=isinstance(es, PopulationBasedAlgorithm),
+        quadratic=_grows_quadratically(small, large),
+    )
 
-    settings: dict[str, Setting] = {
+
+def _esjax_settings(name: str, probed: _Probed) -> dict[str, Setting]:
+    """The settings esjax supplies itself, in the order they are listed to a user."""
+    takes_std_schedule = "std_schedule" in probed.signature
+    settings = {
         "popsize": Setting(
-            "auto" if quadratic else 256,
+            "auto" if probed.quadratic else 256,
             "popsize",
             "members per generation; 'auto' = 4 + 3 ln(num_dims)",
         ),
-        "l2_penalty": Setting(0.0, "number", "L2 penalty on the parameters, in return units"),
-        "noise_prng": Setting("threefry", NOISE_PRNGS, "PRNG implementation for the ask draw"),
-        "mean_init": Setting("policy", MEAN_INITS, "initial mean: the policy's own init or zeros"),
-        "rollouts_multiplier": Setting(
-            1,
-            "int",
-            "episodes per member = the task's rollouts x this, for a strategy that needs quieter "
-            "returns than the task's default gives (rollouts given explicitly are kept)",
-        ),
-        "worst_episodes": Setting(
-            1.0,
-            "fraction",
-            "a member's fitness is the mean of this fraction of its episodes, the worst "
-            "(1: all of them); below 1 it ranks steadier members above ones that sometimes fail",
-        ),
+        **_EVERY_ALGORITHM,
     }
-    if takes_std_schedule or "std_init" in fields or population_based:
-        settings["std_init"] = Setting(
-            0.1,
-            "number",
-            "initial perturbation std"
-            + ("; also the spread of the initial population" if population_based else ""),
-        )
-    if population_based:
-        settings["validate_top"] = Setting(
-            1,
-            "int",
-            "members of the best by training fitness re-tested on fresh episodes at each "
-            "block's end, the best of them reported (1: the best by training fitness, untested)",
-        )
-        settings["validate_episodes"] = Setting(
-            None, "int", "episodes per re-tested member; default: the evaluation's count"
-        )
+    if takes_std_schedule or "std_init" in probed.fields or probed.population_based:
+        spread = "; also the spread of the initial population" if probed.population_based else ""
+        settings["std_init"] = Setting(0.1, "number", "initial perturbation std" + spread)
+    if probed.population_based:
+        settings.update(_POPULATION_VALIDATION)
     if takes_std_schedule:
-        settings["std_decay"] = Setting(1.0, "number", "std multiplied by this every generation")
-        settings["std_min"] = Setting(0.0, "number", "floor of the decayed std")
-    if takes_optimizer:
-        settings.update(
-            optimizer=Setting("adam", OPTIMIZERS, "optax optimizer on the mean"),
-            learning_rate=Setting(0.05, "number", "optimizer step size"),
-            lr_decay=Setting(1.0, "number", "learning rate multiplied by this every generation"),
-            lr_min=Setting(0.0, "number", "floor of the decayed learning rate"),
-            momentum=Setting(0.9, "number", "sgd / clipup momentum; Adam's b1"),
-            max_velocity=Setting(0.1, "number", "clipup: largest step norm"),
-            weight_decay=Setting(0.0, "number", "decoupled decay of the mean per generation"),
-        )
-    shaping_names = [n for n in SHAPING_FNS if n != "weights" or "weights" in fields]
+        settings.update(_STD_SCHEDULE)
+    if "optimizer" in probed.signature:
+        settings.update(_OPTIMIZER)
+    shaping_default = default_shaping(name)
     default_name = next((n for n, fn in SHAPING_FNS.items() if fn is shaping_default), "evosax")
+    shaping_names = [n for n in SHAPING_FNS if n != "weights" or "weights" in probed.fields]
     if default_name == "evosax":
         shaping_names.insert(0, "evosax")
     settings["fitness_shaping"] = Setting(
         default_name, tuple(shaping_names), "raw fitness -> what the update sees"
     )
     if default_name == "centered_rank":
-        settings["env_groups"] = Setting(
-            1, "groups", "groups of members sharing episode starts; 'auto' = popsize / 32"
-        )
+        settings.update(_RANK_GROUPS)
+    return settings
 
+
+def _add_keyword_settings(settings: dict[str, Setting], probed: _Probed) -> dict[str, str]:
+    """Add the constructor's plain keywords to ``settings``; ``{setting: keyword}``."""
     keyword_settings = {}
-    for arg in signature.values():
-        if arg.name in _SUPPLIED or arg.name in _NEVER_EXPOSED:
-            continue
-        if arg.name in ("optimizer", "std_schedule"):
+    for arg in probed.signature.values():
+        if arg.name in (*_SUPPLIED, *_NEVER_EXPOSED, *_BUILT_BY_ESJAX):
             continue
         setting = _keyword_setting(arg)
         if setting is not None:
             name_here = RENAMED.get(arg.name, arg.name)
             settings.setdefault(name_here, setting)
             keyword_settings[name_here] = arg.name
+    return keyword_settings
 
+
+def _add_param_settings(settings: dict[str, Setting], probed: _Probed) -> dict[str, str]:
+    """Add evosax's scalar params fields to ``settings``; ``{setting: params field}``."""
     param_settings = {}
-    for field_name, value in fields.items():
+    for field_name, value in probed.fields.items():
         kind = _setting_kind(value)
         if kind is None:  # arrays sized by popsize or num_dims, networks: derived, not tunable
             continue
@@ -299,18 +337,28 @@ def info(name: str) -> AlgorithmInfo:
                 None, kind, "evosax params field; default: evosax's (may depend on popsize, n)"
             )
         param_settings[name_here] = field_name
+    return param_settings
 
+
+@functools.cache
+def info(name: str) -> AlgorithmInfo:
+    """Everything esjax reads from evosax about ``name`` (a registry key); built once."""
+    check_runnable(name)
+    probed = _probed(name)
+    settings = _esjax_settings(name, probed)
+    keyword_settings = _add_keyword_settings(settings, probed)
+    param_settings = _add_param_settings(settings, probed)
     return AlgorithmInfo(
         name=name,
-        cls=cls,
+        cls=REGISTRY[name],
         description=description(name),
         settings=settings,
         param_settings=param_settings,
         keyword_settings=keyword_settings,
-        population_based=population_based,
-        quadratic=quadratic,
-        takes_optimizer=takes_optimizer,
-        takes_std_schedule=takes_std_schedule,
+        population_based=probed.population_based,
+        quadratic=probed.quadratic,
+        takes_optimizer="optimizer" in probed.signature,
+        takes_std_schedule="std_schedule" in probed.signature,
     )
 
 

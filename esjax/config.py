@@ -471,21 +471,88 @@ def check_finite(value: Any, where: str) -> None:
 
 # ---------------------------------------------------------------------------- a resolved run
 @dataclass(frozen=True)
+class LoopSettings:
+    """How the generation loop around the strategy runs; ``config.json``'s ``loop`` table.
+
+    evosax never sees these: the engine reads them (episodes per member, how a member's
+    episodes become its fitness, which members share episode starts, which leaders are
+    re-tested). They are spelled where a strategy's settings are (a preset's ``[settings]``,
+    a task's ``strategy_settings``, ``--set strategy_settings.NAME``) because which of them an
+    algorithm accepts depends on the algorithm (:mod:`esjax.algorithms` declares them); a
+    resolved spec keeps them here, typed, apart from the settings passed on to evosax.
+    """
+
+    rollouts_multiplier: int = 1  # episodes per member = the task's rollouts x this
+    worst_episodes: float = 1.0  # fitness: the mean of this fraction of the worst episodes
+    env_groups: int | str = 1  # groups of members sharing episode starts, or "auto"
+    validate_top: int = 1  # leaders re-tested on fresh episodes (1: none)
+    validate_episodes: int | None = None  # episodes per re-tested leader (None: evaluation's)
+
+    def validate(self, where: str) -> None:
+        for name in ("rollouts_multiplier", "validate_top"):
+            value = getattr(self, name)
+            _require(value > 0, _child(where, name), f"must be positive, got {value}")
+        _require(
+            0.0 < self.worst_episodes <= 1.0,
+            _child(where, "worst_episodes"),
+            f"must be in (0, 1], got {self.worst_episodes}",
+        )
+        _require(
+            self.env_groups == "auto" or (isinstance(self.env_groups, int) and self.env_groups > 0),
+            _child(where, "env_groups"),
+            f"must be a positive integer or 'auto', got {self.env_groups!r}",
+        )
+        if self.validate_episodes is not None:
+            _require(
+                self.validate_episodes > 0,
+                _child(where, "validate_episodes"),
+                f"must be positive, got {self.validate_episodes}",
+            )
+
+
+LOOP_SETTINGS = tuple(f.name for f in dataclasses.fields(LoopSettings))
+
+
+@dataclass(frozen=True)
 class StrategySpec:
-    """A resolved strategy preset: evosax class name and every setting (defaults filled in)."""
+    """A resolved strategy: evosax class name, every setting (defaults filled in), the loop's.
+
+    ``settings`` are what the strategy is built from; ``loop`` what the engine runs it with.
+    The loop settings live on the spec, not beside it, because building the strategy needs
+    one of them (``env_groups`` shapes the fitness and constrains popsize) and every spelling
+    of them is a strategy setting's.
+    """
 
     name: str
     algorithm: str
     settings: dict[str, Any] = field(default_factory=dict)
     description: str = ""
+    loop: LoopSettings = field(default_factory=LoopSettings)
 
     def to_dict(self) -> dict[str, Any]:
+        """The strategy as ``config.json`` holds it; the loop is a table of its own there."""
         return {
             "name": self.name,
             "algorithm": self.algorithm,
             "description": self.description,
             "settings": dict(self.settings),
         }
+
+
+def parse_loop(data: Mapping[str, Any], settings: dict[str, Any], source: str) -> LoopSettings:
+    """A run config's loop settings: its ``loop`` table, else (older runs) its strategy's.
+
+    A config written before the table existed kept them among the strategy's settings; they
+    are taken out of ``settings`` (the caller's copy) so that both read the same.
+    """
+    legacy = {name: settings.pop(name) for name in LOOP_SETTINGS if name in settings}
+    if "loop" not in data:
+        return parse_into(LoopSettings, legacy, f"{source}: strategy.settings")
+    if legacy:
+        raise ConfigError(
+            f"{source}: strategy.settings.{next(iter(legacy))} belongs in the loop table"
+        )
+    return _convert(data["loop"], LoopSettings, f"{source}: loop")
 
 
 @dataclass(frozen=True)
@@ -512,6 +579,11 @@ class RunConfig:
     esjax_version: str = ""
 
     @property
+    def loop(self) -> LoopSettings:
+        """How the generation loop runs (the strategy spec holds it: it is built from it)."""
+        return self.strategy.loop
+
+    @property
     def seed_ids(self) -> tuple[int, ...]:
         return tuple(range(self.seed, self.seed + self.seeds))
 
@@ -521,6 +593,7 @@ class RunConfig:
         return {
             "task": to_dict(self.task),
             "strategy": self.strategy.to_dict(),
+            "loop": to_dict(self.strategy.loop),
             "rollouts": self.rollouts,
             "popsize": self.popsize,
         }
@@ -547,6 +620,7 @@ class RunConfig:
             "task_name": self.task_name,
             "task": to_dict(self.task),
             "strategy": self.strategy.to_dict(),
+            "loop": to_dict(self.strategy.loop),
             "popsize": self.popsize,
             "num_dims": self.num_dims,
             "rollouts": self.rollouts,
@@ -563,18 +637,22 @@ class RunConfig:
 
         Older run directories are read as they are: a config written before the first block
         lacks ``popsize`` and ``num_dims`` (:attr:`missing_sizes`; the host resolves them from
-        the task, as that run's start did).
+        the task, as that run's start did); one written before the ``loop`` table holds the
+        loop settings among the strategy's (:func:`parse_loop`).
         """
         try:
             strategy = data["strategy"]
+            settings = dict(strategy["settings"])
+            loop = parse_loop(data, settings, source)
             return cls(
                 task_name=str(data["task_name"]),
                 task=parse_task(data["task"], f"{source}: task"),
                 strategy=StrategySpec(
                     strategy["name"],
                     strategy["algorithm"],
-                    dict(strategy["settings"]),
+                    settings,
                     strategy.get("description", ""),
+                    loop,
                 ),
                 popsize=int(data.get("popsize") or 0),
                 num_dims=int(data.get("num_dims") or 0),

@@ -7,7 +7,7 @@ scan index decides through ``lax.cond`` whether a step runs, so a block of 3 and
 execute the very same step program. That is what makes an interrupted, resumed run
 bit-identical to an uninterrupted one, whatever the block boundaries were.
 
-With the strategy setting ``env_groups`` the population is split into groups that share
+With the loop setting ``env_groups`` the population is split into groups that share
 episode starts (common random numbers within a group, fresh starts across groups); each member
 is handed its group's keys, so the population is still one sharded, cache-chunked call.
 
@@ -44,6 +44,7 @@ from esjax.fitness import (
     to_fitness,
     ungroup_members,
 )
+from esjax.programs import KeptProgram
 from esjax.rollout import (
     ObsStats,
     PopulationRollout,
@@ -269,8 +270,8 @@ class StepConfig:
         eval_episodes: int,
         normalize_obs: bool,
     ) -> StepConfig:
-        """The loop's settings read once from the strategy's settings (with their defaults)."""
-        settings = strategy.spec.settings
+        """The loop's settings read once from the strategy's spec (:class:`LoopSettings`)."""
+        loop = strategy.spec.loop
         return cls(
             rollout=rollout,
             eval_rollout=eval_rollout,
@@ -281,10 +282,10 @@ class StepConfig:
             block=int(block),
             eval_episodes=int(eval_episodes),
             normalize_obs=bool(normalize_obs),
-            env_groups=int(settings.get("env_groups", 1)),
-            validate_top=min(int(settings.get("validate_top", 1)), strategy.popsize),
-            validate_episodes=int(settings.get("validate_episodes") or eval_episodes),
-            worst_episodes=float(settings.get("worst_episodes", 1.0)),
+            env_groups=int(loop.env_groups),
+            validate_top=min(int(loop.validate_top), strategy.popsize),
+            validate_episodes=int(loop.validate_episodes or eval_episodes),
+            worst_episodes=float(loop.worst_episodes),
             mirrored=mirrored(strategy.spec),
         )
 
@@ -545,8 +546,6 @@ def keep_programs(engine: Engine, key: Any) -> Engine:
     ``key`` must name everything the engine was built from (a run's task, strategy, rollouts
     and popsize); the arguments' shapes, the devices and the code are added to it.
     """
-    from esjax.programs import KeptProgram
-
     metrics = generation_metric_shapes(engine.popsize)
     pair = jax.ShapeDtypeStruct((2,), jnp.float32)  # of the (mean, best) members
     evaluation = jax.tree.structure(jax.eval_shape(evaluation_metrics, pair, pair))

@@ -115,7 +115,7 @@ def _run_rollouts(task_config: TaskConfig, spec: StrategySpec, overrides: Sequen
     """The task's rollouts times the strategy's multiplier, unless ``--set rollouts=`` gave them."""
     if any(parse_override(o)[0] == ["rollouts"] for o in overrides):
         return task_config.rollouts
-    return task_config.rollouts * spec.settings["rollouts_multiplier"]
+    return task_config.rollouts * spec.loop.rollouts_multiplier
 
 
 def member_size(task: TaskConfig, source: str) -> int:

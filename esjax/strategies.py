@@ -28,11 +28,11 @@ from evosax.core import fitness_shaping as shaping
 from evosax.core.optimizer import clipup
 from flax import struct
 
-from esjax import algorithms
+from esjax import algorithms, presets
 from esjax.algorithms import OPTIMIZERS, SHAPING_FNS, Setting, settings_table
 from esjax.cache import remembered
 from esjax.cma import resolve_decomposition_every
-from esjax.config import ConfigError, StrategySpec, suggest
+from esjax.config import LOOP_SETTINGS, ConfigError, LoopSettings, StrategySpec, suggest, to_dict
 from esjax.fitness import grouped_shaping
 
 __all__ = ["OPTIMIZERS", "Setting", "Strategy", "StrategySpec", "build_strategy", "load_strategy"]
@@ -74,9 +74,13 @@ def _check_value(name: str, value: Any, setting: Setting, where: str) -> Any:
     return value
 
 
-def resolve_settings(algorithm: str, layers: list[tuple[Mapping[str, Any], str]]) -> dict[str, Any]:
-    """Defaults of ``algorithm`` overlaid by each ``(settings, source)`` layer in turn.
+def resolve_layers(
+    algorithm: str, layers: list[tuple[Mapping[str, Any], str]]
+) -> tuple[dict[str, Any], LoopSettings]:
+    """``(settings, loop)``: defaults of ``algorithm`` overlaid by each ``(settings, source)``.
 
+    Every layer spells the loop's settings among the strategy's; they are checked against the
+    same table (an algorithm takes only those that apply to it) and then kept apart, typed.
     An unknown setting names its source and lists the settings this algorithm takes.
     """
     table = settings_table(algorithm)
@@ -89,7 +93,13 @@ def resolve_settings(algorithm: str, layers: list[tuple[Mapping[str, Any], str]]
                     f"valid settings: {', '.join(table)}"
                 )
             settings[name] = _check_value(name, value, table[name], where)
-    return settings
+    loop = LoopSettings(**{name: settings.pop(name) for name in LOOP_SETTINGS if name in settings})
+    return settings, loop
+
+
+def resolve_settings(algorithm: str, layers: list[tuple[Mapping[str, Any], str]]) -> dict[str, Any]:
+    """The strategy's own settings of :func:`resolve_layers` (the loop's left out)."""
+    return resolve_layers(algorithm, layers)[0]
 
 
 def parse_strategy(
@@ -121,10 +131,10 @@ def parse_strategy(
     settings_raw = raw.get("settings", {})
     if not isinstance(settings_raw, Mapping):
         raise ConfigError(f"{source}: settings must be a table")
-    settings = resolve_settings(
+    settings, loop = resolve_layers(
         algorithm, [(settings_raw, source), (overrides or {}, overrides_source)]
     )
-    return StrategySpec(name, algorithm, settings, str(raw.get("description", "")))
+    return StrategySpec(name, algorithm, settings, str(raw.get("description", "")), loop)
 
 
 def load_strategy(
@@ -135,8 +145,6 @@ def load_strategy(
     Names are matched case-insensitively; a tuned preset wins over the evosax algorithm of the
     same name (``open_es`` is the preset, ``xnes`` is evosax's xNES with esjax's defaults).
     """
-    from esjax import presets
-
     where = f"{overrides_source}: strategy_settings"
     preset_names = presets.names("strategy")
     lowered = {n.lower(): n for n in preset_names}
@@ -167,8 +175,6 @@ def catalogue() -> list[tuple[str, str, str]]:
     ``kind`` is ``"tuned preset"``, ``"evosax"`` (runs with esjax's defaults) or
     ``"cannot run"`` (the description then says why). Reads no evosax params: it is instant.
     """
-    from esjax import presets
-
     rows, tuned = [], {}
     for name, text in presets.describe("strategy"):
         algorithm = str(presets.locate("strategy", name)[1].get("algorithm", ""))
@@ -216,7 +222,7 @@ MEMBERS_PER_GROUP = 32
 
 def env_groups(spec: StrategySpec, popsize: int) -> int:
     """The number of member groups (1 for strategies that do not group)."""
-    groups = spec.settings.get("env_groups", 1)
+    groups = spec.loop.env_groups
     if groups != "auto":
         return int(groups)
     unit = 2 if mirrored(spec) else 1
@@ -275,8 +281,8 @@ def _shaping(spec: StrategySpec, default: Callable) -> Callable:
     """The fitness shaping a spec asks for (``evosax`` = the class default), grouped, penalised."""
     settings = spec.settings
     fn = SHAPING_FNS.get(settings["fitness_shaping"], default)
-    if settings.get("env_groups", 1) > 1:
-        fn = grouped_shaping(fn, settings["env_groups"], mirrored(spec))
+    if spec.loop.env_groups > 1:
+        fn = grouped_shaping(fn, spec.loop.env_groups, mirrored(spec))
     if settings["l2_penalty"]:
         fn = shaping.add_weight_decay(fn, settings["l2_penalty"])
     return fn
@@ -401,11 +407,10 @@ def build_strategy(spec: StrategySpec, num_dims: int, popsize: int | None = None
     :mod:`esjax.algorithms` discovered; a setting left at ``None`` keeps evosax's own value.
     """
     n = resolve_popsize(spec, num_dims, popsize)
-    if "env_groups" in spec.settings:
-        # Concrete from here on: the engine reads the group count from the built strategy.
-        spec = dataclasses.replace(
-            spec, settings={**spec.settings, "env_groups": env_groups(spec, n)}
-        )
+    # Concrete from here on: the engine reads the group count from the built strategy.
+    spec = dataclasses.replace(
+        spec, loop=dataclasses.replace(spec.loop, env_groups=env_groups(spec, n))
+    )
     s = spec.settings
     found = algorithms.info(spec.algorithm)
     cls = evosax_class(spec.algorithm)
@@ -442,11 +447,11 @@ def with_settings(strategy: Strategy, values: Mapping[str, Any]) -> Strategy:
     return build_strategy(spec, strategy.num_dims, strategy.popsize)
 
 
-# Settings read once, when the engine is built (a shape, or a static argument of the rollout),
-# not by the strategy's ask and tell: tracing them would pass the check below while the compiled
-# program kept the built value, so configurations of a sweep differing only in them would
-# silently run the same search.
-BUILD_TIME_SETTINGS = frozenset({"popsize", "worst_episodes"})
+# Settings read once, when the engine is built (a shape), not by the strategy's ask and tell:
+# tracing them would pass the check below while the compiled program kept the built value, so
+# configurations of a sweep differing only in them would silently run the same search. (The
+# loop's settings, such as worst_episodes, are not among the strategy's settings at all.)
+BUILD_TIME_SETTINGS = frozenset({"popsize"})
 
 
 def traced_settings(strategy: Strategy) -> tuple[str, ...]:
@@ -489,7 +494,8 @@ def traced_settings(strategy: Strategy) -> tuple[str, ...]:
         return found
 
     # Tracing the strategy up to a dozen times is a noticeable share of a warm start.
-    key = [strategy.spec.algorithm, strategy.spec.settings, strategy.num_dims, strategy.popsize]
+    spec = strategy.spec
+    key = [spec.algorithm, spec.settings, to_dict(spec.loop), strategy.num_dims, strategy.popsize]
     return tuple(remembered("traced-settings", key, search))
 
 

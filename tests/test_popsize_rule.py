@@ -48,7 +48,7 @@ def test_pendulum_settings_follow_the_documented_rule(popsize):
         assert settings["learning_rate"] == pytest.approx(0.05, rel=1e-12)
     # What the rule leaves alone.
     assert settings["std_init"] == 0.15
-    assert settings["env_groups"] == "auto"
+    assert config.loop.env_groups == "auto"
     assert config.task.generations == REFERENCE_GENERATIONS
     # The run records the rule's inputs and what it changed.
     record = json.loads(json.dumps(config.scaling))

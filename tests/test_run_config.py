@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from esjax import presets, runs
-from esjax.config import ConfigError, RunConfig
+from esjax.config import LOOP_SETTINGS, ConfigError, LoopSettings, RunConfig
 from esjax.evolve import evolve, resolve_config
 
 DATA = Path(__file__).parent / "data"
@@ -83,3 +83,46 @@ def test_a_damaged_config_is_one_line(tmp_path):
     with pytest.raises(ConfigError, match="not a valid esjax run config") as info:
         runs.read_run_config(run_dir)
     assert "\n" not in str(info.value)
+
+
+def test_the_loop_settings_are_a_typed_table_of_their_own():
+    config = resolve_config("pendulum", popsize=8, overrides=TINY)
+    data = config.to_json()
+    assert data["loop"] == {"rollouts_multiplier": 1, "worst_episodes": 1.0, "env_groups": "auto",
+                            "validate_top": 1, "validate_episodes": None}  # fmt: skip
+    assert not set(LOOP_SETTINGS) & set(data["strategy"]["settings"])
+    assert config.loop == config.strategy.loop == LoopSettings(env_groups="auto")
+    # Spelled as a strategy setting, as presets and --set always have.
+    over = [*TINY, "strategy_settings.worst_episodes=0.5"]
+    changed = resolve_config("pendulum", popsize=8, overrides=over)
+    assert changed.loop.worst_episodes == 0.5
+    assert changed.program() != config.program() and changed.identity() != config.identity()
+    assert changed.state_key() != config.state_key()
+
+
+def test_a_config_from_before_the_loop_table_reads_the_same():
+    data = json.loads((DATA / "run-v1" / runs.CONFIG).read_text())
+    assert "loop" not in data and "env_groups" in data["strategy"]["settings"]
+    old = RunConfig.from_json(data, "config.json")
+    assert old.loop == LoopSettings(env_groups="auto")
+    assert not set(LOOP_SETTINGS) & set(old.strategy.settings)
+    assert RunConfig.from_json(json.loads(json.dumps(old.to_json())), "config.json") == old
+
+
+@pytest.mark.parametrize(
+    ("loop", "message"),
+    [
+        ({"validate_tpo": 2}, r"config.json: loop: unknown key 'validate_tpo' \(did you mean"),
+        ({"validate_top": "many"}, "config.json: loop.validate_top: expected an integer"),
+        ({"worst_episodes": 0.0}, r"config.json: loop.worst_episodes: must be in \(0, 1\]"),
+        ([], "config.json: loop: expected a table"),
+    ],
+)
+def test_a_bad_loop_table_is_one_line(loop, message):
+    data = resolve_config("pendulum", popsize=8, overrides=TINY).to_json()
+    with pytest.raises(ConfigError, match=message) as info:
+        RunConfig.from_json({**data, "loop": loop}, "config.json")
+    assert "\n" not in str(info.value)
+    data["strategy"]["settings"]["validate_top"] = 2  # in both places: which one counts?
+    with pytest.raises(ConfigError, match=r"settings\.validate_top belongs in the loop table"):
+        RunConfig.from_json(data, "config.json")

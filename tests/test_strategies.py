@@ -109,7 +109,7 @@ def test_popsize_rules():
 def test_rollouts_multiplier_scales_the_tasks_episodes_unless_rollouts_are_given():
     from esjax.evolve import resolve_config
 
-    multiplier = load_strategy("cma_es").settings["rollouts_multiplier"]
+    multiplier = load_strategy("cma_es").loop.rollouts_multiplier
     assert multiplier > 1  # the preset asks for quieter returns than one episode gives
     assert resolve_config("pendulum").rollouts == 1  # open_es: the task's own count
     assert resolve_config("pendulum", strategy="cma_es").rollouts == multiplier
@@ -124,15 +124,17 @@ def test_rollouts_multiplier_scales_the_tasks_episodes_unless_rollouts_are_given
 
 
 def test_a_config_written_before_rollouts_multiplier_still_resumes():
+    from esjax.config import RunConfig
     from esjax.evolve import _strategy_spec, resolve_config
 
-    config = resolve_config("pendulum", strategy="cma_es")
-    settings = dict(config.strategy.settings)
-    del settings["rollouts_multiplier"]
-    strategy = dataclasses.replace(config.strategy, settings=settings)
+    data = resolve_config("pendulum", strategy="cma_es").to_json()
+    loop = data.pop("loop")  # before the loop table, the strategy's settings held it ...
+    del loop["rollouts_multiplier"]  # ... and before that, no multiplier at all
+    data["strategy"]["settings"].update(loop)
     # What such a run stored; a resume reads its rollouts, not the multiplier.
-    config = dataclasses.replace(config, strategy=strategy, rollouts=1)
-    assert _strategy_spec(config).settings["rollouts_multiplier"] == 1
+    config = RunConfig.from_json({**data, "rollouts": 1}, "config.json")
+    assert _strategy_spec(config).loop.rollouts_multiplier == 1
+    assert "rollouts_multiplier" not in _strategy_spec(config).settings
 
 
 def test_every_preset_names_an_evosax_algorithm_and_settings_are_documented():
