@@ -416,7 +416,8 @@ def play_episode(controller: Any, env: Any, env_params: Any, key: Any, steps: in
 
     The episode the population rollout plays for ``key`` on ``env_params``: the same reset
     key, step keys and end (termination, truncation or the episode length), through
-    :func:`esjax.envs.env_step` and the controller's :class:`esjax.episode.EpisodeStep`.
+    :func:`esjax.envs.env_step` and the controller's :class:`esjax.episode.EpisodeStep`. The
+    last state is the one the episode ended in: ``env_step`` never hands back gymnax's reset.
     """
     _, k_reset, _ = episode_keys(key)
     obs, state = jax.jit(env.reset)(k_reset, env_params)
