@@ -27,6 +27,7 @@ import numpy as np
 
 from esjax.config import ConfigError
 from esjax.policies import ActionHead, Policy
+from esjax.rollout import PopulationRollout
 
 BASELINES = ("analytic", "zero")
 # Env parameters the pendulum controller is handed, appended to its observation in this order.
@@ -118,8 +119,6 @@ def baseline_rollout(rollout: Any, baseline: str) -> Any:
     so the baseline faces exactly the episodes a trained policy faces with the same key.
     Cached per rollout object, so testing every seed of a run compiles once.
     """
-    from esjax.rollout import PopulationRollout
-
     check_baseline(baseline)
     if baseline == "zero":
         return rollout

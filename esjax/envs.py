@@ -82,17 +82,23 @@ def make_env(env: str | Any, env_kwargs: dict | None = None) -> tuple[Any, Any]:
     return env, env.default_params
 
 
-def uses_base_step(env: Any) -> bool:
-    """True when ``env.step`` is gymnax's own, so ``step_env`` can be called directly.
+def steps_through_step_env(env: Any) -> bool:
+    """True when a step of ``env`` is ``step_env`` with the first half of its key, plus a reset.
 
-    gymnax's ``step`` computes a full reset at every step for auto-reset; an episode that
-    stops at the first termination never needs it. Wrappers and foreign envs go through
-    their own ``step``.
+    gymnax's ``step`` computes a full reset at every step for auto-reset, and hands back the
+    next episode's start in place of the state an episode ended in; an episode that stops at
+    its first termination needs neither. gymnax's own envs that replace ``step`` (bsuite's
+    DeepSea keeps its cumulative counters across the reset) still step this way and differ
+    only in what they reset. Wrappers and foreign envs go through their own ``step``.
     """
     import_gymnax()
     from gymnax.environments.environment import Environment
 
-    return isinstance(env, Environment) and type(env).step is Environment.step
+    if not isinstance(env, Environment):
+        return False
+    return type(env).step is Environment.step or type(env).__module__.startswith(
+        "gymnax.environments."
+    )
 
 
 def env_step(
@@ -104,7 +110,7 @@ def env_step(
     goes to ``step_env`` with the key gymnax's ``step`` would hand it, so a stochastic env sees
     the same noise as in a plain loop over ``env.step``, without the reset it would discard.
     """
-    if uses_base_step(env):
+    if steps_through_step_env(env):
         key_step, _ = jax.random.split(key)
         obs, state, reward, terminated, _ = env.step_env(key_step, state, action, params)
         truncated = env.is_truncated(state, params)

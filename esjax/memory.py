@@ -19,6 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import jax
+import jax.numpy as jnp
+
 from esjax.config import ConfigError
 
 _FLOAT = 4  # bytes of a float32
@@ -72,15 +75,11 @@ def _host_available() -> int | None:
 
 
 def _bytes(tree: Any) -> int:
-    import jax
-
     return sum(math.prod(leaf.shape) * leaf.dtype.itemsize for leaf in jax.tree.leaves(tree))
 
 
 def member_size(rollout: Any) -> int:
     """Parameters per member of ``rollout``'s policy, from shapes alone (nothing allocated)."""
-    import jax
-
     params = jax.eval_shape(rollout.init_params, jax.random.key(0))
     return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(params))
 
@@ -97,9 +96,6 @@ def estimate(
 
     ``popsize_for(num_dims)`` is the population size; ``build_strategy`` is only traced.
     """
-    import jax
-    import jax.numpy as jnp
-
     key = jax.random.key(0)
     params = jax.eval_shape(rollout.init_params, key)
     num_dims = member_size(rollout)

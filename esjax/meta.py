@@ -15,10 +15,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from esjax.config import ConfigError
+from esjax import runs
+from esjax.config import ConfigError, to_dict
+from esjax.policies import memory_lesion
+from esjax.presets import load_task
+from esjax.saved import SavedPolicy, baseline_returns, make_test_rollout
 from esjax.stats import mean_interval
+from esjax.tasks import check_param_names
 
 
 def mean_ci(values: Sequence[float]) -> tuple[float, float]:
@@ -35,9 +42,6 @@ def normalised(value: float, zero: float, oracle: float) -> float:
 
 
 def _test_rollout(run_dir: str | Path, split: str | None, lesion: bool):
-    from esjax.policies import memory_lesion
-    from esjax.saved import make_test_rollout
-
     config, rollout = make_test_rollout(run_dir, split)
     if lesion:  # a rollout of its own: the shared test rollout keeps the trained policy
         rollout = rollout.replace(policy=memory_lesion(rollout.policy))
@@ -61,16 +65,12 @@ def evaluate_policy(
     ``zero``: every weight set to zero, so the action is zero (zero torque) whatever the input:
     the normalised score's floor, on exactly the episodes the policy is tested on.
     """
-    from esjax.saved import SavedPolicy
-
     built = _rollout or _test_rollout(run_dir, split, lesion)
     return SavedPolicy.load(run_dir, which, seed, built=built).test_returns(episodes, zero=zero)
 
 
 def run_seeds(run_dir: str | Path) -> int:
     """How many seeds a run directory holds."""
-    from esjax import runs
-
     return runs.read_run_config(run_dir).seeds
 
 
@@ -91,8 +91,6 @@ def seed_means(
     """
     built = _test_rollout(run_dir, split, lesion)
     if baseline is not None:
-        from esjax.saved import baseline_returns
-
         return [
             float(baseline_returns(run_dir, episodes, split, s, baseline, built=built).mean())
             for s in range(run_seeds(run_dir))
@@ -148,8 +146,6 @@ def grid_axes(run_dir: str | Path, specs: Sequence[str] = ()) -> dict[str, tuple
     A run stores its task; runs made before the task had a ``[grid]`` table fall back to the
     preset of the same name, so old runs get the grid their preset has now.
     """
-    from esjax import runs
-
     if specs:
         axes = dict(parse_grid_axis(s) for s in specs)
         if len(specs) != GRID_AXES or len(axes) != GRID_AXES:
@@ -158,8 +154,6 @@ def grid_axes(run_dir: str | Path, specs: Sequence[str] = ()) -> dict[str, tuple
                 f"got {', '.join(specs)}"
             )
         return axes
-    from esjax.config import to_dict
-
     config = runs.read_run_config(run_dir)
     grid = to_dict(config.task.grid) if config.task.grid else _preset_grid(config)
     if not grid:
@@ -176,9 +170,6 @@ def grid_axes(run_dir: str | Path, specs: Sequence[str] = ()) -> dict[str, tuple
 
 def _preset_grid(config: Any) -> dict[str, Any]:
     """The grid of the preset the run was made from, when the run's env is still that one."""
-    from esjax.config import to_dict
-    from esjax.presets import load_task
-
     try:
         _, preset, _, _ = load_task(config.task_name)
     except ConfigError:
@@ -220,12 +211,6 @@ def grid_returns(
     root, so the same start states) with the env parameters pinned to the cell's values.
     The cells are a batch axis of one jitted program, not a Python loop of rollouts.
     """
-    import jax
-    import jax.numpy as jnp
-
-    from esjax.saved import SavedPolicy, make_test_rollout
-    from esjax.tasks import check_param_names
-
     names = list(axes)
     config, rollout = _built or make_test_rollout(run_dir)
     check_param_names(names, rollout.env_params, "--grid")
@@ -267,9 +252,6 @@ def evaluate_grid(
     which: str = "final",
 ) -> dict[str, Any]:
     """Mean and std of the test return per cell, and which cells the training sampler covers."""
-    from esjax.saved import make_test_rollout
-    from esjax.tasks import check_param_names
-
     if not isinstance(episodes, int) or episodes <= 0:
         raise ConfigError(f"episodes must be a positive integer, got {episodes!r}")
     names = list(axes)

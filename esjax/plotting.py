@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from esjax.config import RunConfig
+from esjax.runs import load_metrics, read_run_config
 from esjax.stats import half_widths
 
 X_AXES = {"generations": "generation", "env_steps": "env_steps", "wall_s": "wall_s"}
@@ -105,46 +106,66 @@ def plot_groups(
     if x not in X_AXES:
         raise ValueError(f"x must be one of {', '.join(X_AXES)}, got {x!r}")
     from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
 
     fig = Figure(figsize=(10, 3.8), dpi=120, layout="constrained")
     ax_train, ax_eval = fig.subplots(1, 2, sharex=True)
     colors = [f"C{i % 10}" for i in range(len(groups))]
-    any_eval = False
-    for group, color in zip(groups, colors, strict=True):
-        runs = [seed_rows for rows in group.runs for seed_rows in split_seeds(rows)]
-        n = len(runs)
-        label = f"{group.label} (n={n})" if n > 1 else group.label
-        for y, style, width, name in (
-            ("fitness_mean", "-", 1.8, label),
-            ("fitness_best", "--", 1.0, None),
-        ):
-            gx, mean, low, high = mean_band([series(r, x, y) for r in runs])
-            if len(gx):
-                ax_train.plot(gx, mean, style, color=color, lw=width, label=name)
-                if n > 1 and y == "fitness_mean":
-                    ax_train.fill_between(gx, low, high, color=color, alpha=0.2, lw=0)
-        gx, mean, low, high = mean_band([series(r, x, "eval_return") for r in runs])
-        if len(gx):
-            any_eval = True
-            ax_eval.plot(gx, mean, "o-", color=color, lw=1.8, ms=3.5, label=label)
-            if n > 1:
-                ax_eval.fill_between(gx, low, high, color=color, alpha=0.2, lw=0)
+    drawn = [_draw_group(ax_train, ax_eval, g, c, x) for g, c in zip(groups, colors, strict=True)]
     if solved_return is not None:
-        for ax in (ax_train, ax_eval):
-            ax.axhline(solved_return, color="0.35", ls=":", lw=1.2)
-        ax_eval.annotate(
-            f"solved ({solved_return:g})",
-            (0.01, solved_return),
-            xycoords=("axes fraction", "data"),
-            va="bottom",
-            fontsize=8,
-            color="0.3",
-        )
-    if not any_eval:
+        _mark_solved(ax_train, ax_eval, solved_return)
+    if not any(drawn):
         ax_eval.text(
             0.5, 0.5, "no evaluations yet", ha="center", va="center", transform=ax_eval.transAxes
         )
+    _label_panels(ax_train, ax_eval, x)
+    _line_style_legend(ax_train)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    return out
+
+
+def _draw_group(ax_train: Any, ax_eval: Any, group: Group, color: str, x: str) -> bool:
+    """One group's training curves (mean and best member) and evaluation curve, each a mean
+    over the group's runs with a band when there are several; whether it had evaluations."""
+    runs = [seed_rows for rows in group.runs for seed_rows in split_seeds(rows)]
+    n = len(runs)
+    label = f"{group.label} (n={n})" if n > 1 else group.label
+    for y, style, width, name in (
+        ("fitness_mean", "-", 1.8, label),
+        ("fitness_best", "--", 1.0, None),
+    ):
+        gx, mean, low, high = mean_band([series(r, x, y) for r in runs])
+        if len(gx):
+            ax_train.plot(gx, mean, style, color=color, lw=width, label=name)
+            if n > 1 and y == "fitness_mean":
+                ax_train.fill_between(gx, low, high, color=color, alpha=0.2, lw=0)
+    gx, mean, low, high = mean_band([series(r, x, "eval_return") for r in runs])
+    if not len(gx):
+        return False
+    ax_eval.plot(gx, mean, "o-", color=color, lw=1.8, ms=3.5, label=label)
+    if n > 1:
+        ax_eval.fill_between(gx, low, high, color=color, alpha=0.2, lw=0)
+    return True
+
+
+def _mark_solved(ax_train: Any, ax_eval: Any, solved_return: float) -> None:
+    """The task's solve threshold as a dotted line in both panels, named in the second."""
+    for ax in (ax_train, ax_eval):
+        ax.axhline(solved_return, color="0.35", ls=":", lw=1.2)
+    ax_eval.annotate(
+        f"solved ({solved_return:g})",
+        (0.01, solved_return),
+        xycoords=("axes fraction", "data"),
+        va="bottom",
+        fontsize=8,
+        color="0.3",
+    )
+
+
+def _label_panels(ax_train: Any, ax_eval: Any, x: str) -> None:
     ax_train.set_title("Training: population return", fontsize=10)
     ax_eval.set_title("Evaluation: return of the search mean (held-out episodes)", fontsize=10)
     ax_train.set_ylabel("return")
@@ -154,6 +175,12 @@ def plot_groups(
         ax.spines[["top", "right"]].set_visible(False)
         if x == "env_steps":
             ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 3))
+
+
+def _line_style_legend(ax_train: Any) -> None:
+    """The groups' colours, then what a solid and a dashed line mean (the same for every group)."""
+    from matplotlib.lines import Line2D
+
     handles, labels = ax_train.get_legend_handles_labels()
     handles += [
         Line2D([], [], color="0.2", ls="-", lw=1.8),
@@ -161,19 +188,11 @@ def plot_groups(
     ]
     labels += ["population mean", "best member"]
     ax_train.legend(handles, labels, fontsize=8, frameon=False, loc="lower right")
-    if title:
-        fig.suptitle(title, fontsize=11)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    return out
 
 
 # ---------------------------------------------------------------------------- run directories
 def group_runs(run_dirs: Sequence[str | Path]) -> list[Group]:
     """Runs whose configs differ only in seed or length form one group, in order of appearance."""
-    from esjax.runs import load_metrics, read_run_config
-
     keyed: dict[str, list[tuple[Path, RunConfig, Rows]]] = {}
     for run in map(Path, run_dirs):
         config = read_run_config(run)
@@ -209,8 +228,6 @@ def _common_label(names: Sequence[str]) -> str:
 
 def solved_return_of(run_dirs: Sequence[str | Path]) -> float | None:
     """The tasks' solve threshold when all runs share one, else ``None``."""
-    from esjax.runs import read_run_config
-
     values = {read_run_config(Path(run)).task.solved_return for run in run_dirs}
     return values.pop() if len(values) == 1 else None
 

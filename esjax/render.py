@@ -16,9 +16,19 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
+from matplotlib.animation import PillowWriter
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_rgb
+from matplotlib.figure import Figure
+from matplotlib.patches import Circle, Polygon, Rectangle
 
-from esjax.config import ConfigError
+from esjax.config import ConfigError, parse_override
+from esjax.envs import env_step, import_gymnax, make_env
+from esjax.episode import episode_keys, split_step_key
+from esjax.saved import SavedPolicy
+from esjax.tasks import check_param_names, fixed_env_params, split_sampler
 
 Update = Callable[[Any, str], None]  # (env state, caption) -> redraw the artists
 PIVOT = "#2c3e50"
@@ -46,8 +56,6 @@ def pendulum_points(state: Any, params: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _pendulum(ax: Any, params: Any) -> Update:
-    from matplotlib.patches import Circle
-
     length, mass = _f(params.l), _f(params.m)
     reach = max(2.2, 1.15 * length + 0.3)
     _frame_axes(ax, (-reach, reach), (-reach, reach))
@@ -67,8 +75,6 @@ def _pendulum(ax: Any, params: Any) -> Update:
 
 
 def _cartpole(ax: Any, params: Any) -> Update:
-    from matplotlib.patches import Rectangle
-
     pole = 2.0 * _f(params.length)  # gymnax's ``length`` is half the pole
     bound = _f(params.x_threshold)
     cart_w, cart_h = 0.5, 0.28 * math.sqrt(_f(params.masscart))
@@ -134,8 +140,6 @@ def _hill(x: np.ndarray | float) -> np.ndarray | float:
 
 
 def _mountain_car(ax: Any, params: Any) -> Update:
-    from matplotlib.patches import Polygon
-
     low, high = _f(params.min_position), _f(params.max_position)
     goal = _f(params.goal_position)
     _frame_axes(ax, (low - 0.05, high + 0.05), (-0.05, 1.25))
@@ -185,8 +189,6 @@ CHANNEL_COLOURS = (
 def channel_image(obs: Any) -> np.ndarray:
     """An ``(H, W, 3)`` float RGB picture of an ``(H, W)`` or ``(H, W, C)`` observation: each
     channel in its own colour on black, later channels drawn over earlier ones."""
-    from matplotlib.colors import to_rgb
-
     grid = np.asarray(obs, np.float32)
     if grid.ndim == 2:
         grid = grid[..., None]
@@ -202,8 +204,6 @@ def _observation_image(env_id: str) -> Callable[[Any, Any], Update]:
     """MinAtar games, Catch and DeepSea: the env's own observation grid, drawn from the state."""
 
     def build(ax: Any, params: Any) -> Update:
-        from esjax.envs import import_gymnax
-
         gymnax = import_gymnax()
 
         env = gymnax.make(env_id)[0]
@@ -224,8 +224,6 @@ def _observation_image(env_id: str) -> Callable[[Any, Any], Update]:
 
 
 def _key() -> Any:
-    import jax
-
     return jax.random.key(0)
 
 
@@ -233,8 +231,6 @@ def _maze(env_id: str) -> Callable[[Any, Any], Update]:
     """FourRooms and MetaMaze: walls from the env's map, the goal and the agent on it."""
 
     def build(ax: Any, params: Any) -> Update:
-        from esjax.envs import import_gymnax
-
         gymnax = import_gymnax()
 
         env = gymnax.make(env_id)[0]
@@ -260,8 +256,6 @@ def _maze(env_id: str) -> Callable[[Any, Any], Update]:
 
 
 def _point_robot(ax: Any, params: Any) -> Update:
-    from matplotlib.patches import Circle
-
     radius, goal_radius = _f(params.circle_radius), _f(params.goal_radius)
     reach = 1.3 * radius
     _frame_axes(ax, (-reach, reach), (-0.4 * radius, reach))
@@ -381,8 +375,6 @@ def scene(env_id: str, params: Any, size: float = 4.0, dpi: int = 80) -> tuple[A
         raise ConfigError(
             f"render: no renderer for env {env_id!r}; esjax draws {', '.join(sorted(SCENES))}"
         )
-    from matplotlib.figure import Figure
-
     fig = Figure(figsize=(size, size), dpi=dpi, layout="constrained")
     ax = fig.add_subplot()
     return fig, SCENES[env_id](ax, params)
@@ -390,8 +382,6 @@ def scene(env_id: str, params: Any, size: float = 4.0, dpi: int = 80) -> tuple[A
 
 def frame(env_id: str, state: Any, params: Any, caption: str = "") -> np.ndarray:
     """One drawn state as an ``(H, W, 4)`` uint8 RGBA array."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
     fig, update = scene(env_id, params)
     update(state, caption)
     canvas = FigureCanvasAgg(fig)
@@ -409,8 +399,6 @@ def save_gif(
     fps: int = 25,
 ) -> Path:
     """Draw every state into one GIF."""
-    from matplotlib.animation import PillowWriter
-
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig, update = scene(env_id, params)
@@ -428,13 +416,9 @@ def play_episode(controller: Any, env: Any, env_params: Any, key: Any, steps: in
 
     The episode the population rollout plays for ``key`` on ``env_params``: the same reset
     key, step keys and end (termination, truncation or the episode length), through
-    :func:`esjax.envs.env_step` and the controller's :class:`esjax.episode.EpisodeStep`.
+    :func:`esjax.envs.env_step` and the controller's :class:`esjax.episode.EpisodeStep`. The
+    last state is the one the episode ended in: ``env_step`` never hands back gymnax's reset.
     """
-    import jax
-
-    from esjax.envs import env_step
-    from esjax.episode import episode_keys, split_step_key
-
     _, k_reset, _ = episode_keys(key)
     obs, state = jax.jit(env.reset)(k_reset, env_params)
     step = jax.jit(functools.partial(env_step, env))
@@ -470,14 +454,6 @@ def render_run(
     The variant is drawn from the task's training distribution (or ``split``) with ``seed``;
     ``env_params`` (``"l=1.6"`` strings) then pin individual fields.
     """
-    import jax
-
-    from esjax.config import parse_override
-    from esjax.envs import make_env
-    from esjax.episode import episode_keys
-    from esjax.saved import SavedPolicy
-    from esjax.tasks import check_param_names, fixed_env_params, split_sampler
-
     saved = SavedPolicy.load(run_dir, which=which)
     task = saved.task
     if task.env not in SCENES:

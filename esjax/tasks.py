@@ -25,8 +25,10 @@ from esjax.config import (
     suggest,
     to_dict,
 )
+from esjax.envs import make_env
 from esjax.mirror import check_mirror
 from esjax.policies import CNN, GRU, LSTM, MLP, ActionHead, PolicySpec, is_discrete
+from esjax.rollout import PopulationRollout
 
 EnvParamsSampler = Callable[[jax.Array, Any], Any]
 RECURRENT_POLICIES = {"lstm": LSTM, "gru": GRU}
@@ -189,8 +191,6 @@ def check_task(config: TaskConfig, source: str = "task") -> None:
     (``max_torque``, ``max_speed``) given to a discrete-action task (CartPole, Acrobot) is an
     error that says the env's actions are discrete.
     """
-    from esjax.envs import make_env
-
     try:
         env, default_params = make_env(config.env)
     except ConfigError as error:
@@ -228,14 +228,12 @@ def make_rollout(
     deterministic: bool | None = None,
     source: str = "task",
     **kwargs: Any,
-):
+) -> PopulationRollout:
     """A :class:`~esjax.rollout.PopulationRollout` for the task (and split) a preset describes.
 
     ``deterministic`` defaults to the preset's ``policy.actions``: one rollout serves training
     and testing, so a policy is judged as it was trained.
     """
-    from esjax.rollout import PopulationRollout, make_env
-
     env, default_params = make_env(config.env)
     env_params = _check_params(config, default_params, source)
     return PopulationRollout(
@@ -251,7 +249,9 @@ def make_rollout(
     )
 
 
-def shared_rollout(config: TaskConfig, *, split: str | None = None, source: str = "task"):
+def shared_rollout(
+    config: TaskConfig, *, split: str | None = None, source: str = "task"
+) -> PopulationRollout:
     """The task's rollout (and split's), built once per process for callers that only read it.
 
     Sizing a run, its memory check and testing saved policies all need the same rollout;

@@ -233,3 +233,19 @@ def test_the_grid_compiles_once_whatever_its_size(grid_run, monkeypatch):
         assert returns.shape == (len(axes["m"]), len(axes["l"]), 2)
         counts.append(len(traced))
     assert counts[0] == counts[1] >= 1
+
+
+def test_grid_and_lesion_leave_the_shared_test_rollout_as_it_was(grid_run):
+    """A grid cell and a lesion are new rollouts (``PopulationRollout.replace``): the test
+    rollout that every caller shares keeps its sampler, policy and compiled programs."""
+    from esjax.saved import make_test_rollout
+
+    run_dir, _, _ = grid_run
+    _, shared = make_test_rollout(run_dir)
+    before = dict(vars(shared))
+    meta.grid_returns(run_dir, {"m": (1.0,), "l": (1.0, 2.0)}, episodes=2)
+    meta.evaluate_policy(run_dir, episodes=2, lesion=True)
+    assert make_test_rollout(run_dir)[1] is shared
+    assert vars(shared).keys() == before.keys()
+    changed = [name for name, value in vars(shared).items() if value is not before[name]]
+    assert not changed, changed
