@@ -24,7 +24,7 @@ LAYERS = {
         "memory", "cache", "programs",
     ],
     "host": [
-        "runs", "lifecycle", "evolve", "saved", "sweeps", "meta", "plotting", "render",
+        "runs", "lifecycle", "loop", "evolve", "saved", "sweeps", "meta", "plotting", "render",
         "trackers",
     ],
     "interface": ["cli", "__init__"],
