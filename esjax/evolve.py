@@ -21,7 +21,7 @@ from typing import Any
 
 import jax
 
-from esjax import memory, strategies
+from esjax import memory
 from esjax.config import (
     ConfigError,
     RunConfig,
@@ -31,8 +31,7 @@ from esjax.config import (
     check_finite,
     parse_override,
 )
-from esjax.engine import keep_programs, make_engine
-from esjax.lifecycle import Interrupted, LostProcess, Run, RunSummary
+from esjax.lifecycle import Interrupted, LostProcess, Run, RunSummary, backend_modules
 from esjax.loop import drive
 from esjax.popsize_rule import apply_popsize_rule
 from esjax.presets import load_task
@@ -76,6 +75,7 @@ def resolve_config(
     explicit = apply_overrides({}, [o for o in overrides if o.startswith("strategy_settings.")])
     settings = dict(task_config.strategy_settings) if own else {}
     settings.update(explicit.get("strategy_settings", {}))
+    strategies = backend_modules().strategies
     spec = strategies.load_strategy(strategy_name, settings, overrides_source=name)
     check_finite(spec.settings, f"strategy {spec.name}: settings")
     for label, value in (
@@ -129,6 +129,7 @@ def complete_sizes(config: RunConfig) -> RunConfig:
     """An older run's config with the popsize and member size its first block would have found."""
     if not config.missing_sizes:
         return config
+    strategies = backend_modules().strategies
     num_dims = member_size(config.task, config.task_name)
     popsize = config.popsize or config.task.popsize
     spec = _strategy_spec(config)
@@ -165,6 +166,7 @@ def clear_engine_cache() -> None:
 def _strategy_spec(config: RunConfig) -> StrategySpec:
     """The run's strategy with settings esjax added since the run was made at their defaults."""
     spec = config.strategy
+    strategies = backend_modules().strategies
     settings = strategies.resolve_settings(spec.algorithm, [(spec.settings, "config")])
     return dataclasses.replace(spec, settings=settings)
 
@@ -179,6 +181,7 @@ def check_memory(config: RunConfig) -> None:
     if key in _FITS:
         return
     spec = _strategy_spec(config)
+    strategies = backend_modules().strategies
     needs = memory.estimate(
         shared_rollout(config.task, source=config.task_name),
         lambda num_dims: strategies.build_strategy(spec, num_dims, config.popsize),
@@ -194,6 +197,7 @@ _FITS: set[str] = set()
 
 
 def _build_engine(config: RunConfig):
+    engines, _, strategies = backend_modules()
     task = config.task
     spec = _strategy_spec(config)
     check_memory(config)  # building the engine allocates a member's parameters
@@ -201,7 +205,7 @@ def _build_engine(config: RunConfig):
     # The engine's own: a caller may change an engine's rollout (a pinned chunk size), and no
     # other engine or sizing may see that.
     rollout = make_rollout(task, source=config.task_name)
-    engine = make_engine(
+    engine = engines.make_engine(
         rollout,
         rollout,
         lambda n: strategies.build_strategy(spec, n, config.popsize),
@@ -211,7 +215,7 @@ def _build_engine(config: RunConfig):
         normalize_obs=task.normalize_obs,
     )
     # Later processes with this config read its programs back instead of tracing them again.
-    engine = keep_programs(engine, config.program())
+    engine = engines.keep_programs(engine, config.program())
     steps = config.rollouts * engine.rollout.episode_length
     hint = strategies.strategy_cost_hint(spec, engine.num_dims, engine.popsize, steps)
     if hint:

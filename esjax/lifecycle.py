@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -48,11 +48,28 @@ import numpy as np
 
 from esjax import runs
 from esjax.config import ConfigError, RunConfig
-from esjax.engine import STATE_PREFIX, check_arrays, from_host, to_host
-from esjax.saved import verdict
 
 # What Ctrl-C, schedulers (Slurm, Kubernetes, `docker stop`) and hang-ups send before a kill.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
+
+
+class BackendModules(NamedTuple):
+    engine: Any
+    saved: Any
+    strategies: Any
+
+
+def backend_modules() -> BackendModules:
+    """:mod:`esjax.engine`, :mod:`esjax.saved` and :mod:`esjax.strategies`, imported when first
+    needed (by the host modules, all of which ``import esjax`` loads).
+
+    All three import evosax, which makes JAX arrays on import and so starts JAX's backend;
+    ``import esjax`` must leave the backend to :mod:`esjax.distributed` (its CPU device count,
+    ``jax.distributed.initialize``).
+    """
+    from esjax import engine, saved, strategies  # they start JAX's backend: not at import
+
+    return BackendModules(engine, saved, strategies)
 
 
 class Interrupted(Exception):
@@ -503,7 +520,7 @@ class Run:
         wall_s = self.wall()  # the run's own time; testing its policies comes after
         judged = None
         if self.writer and threshold is not None:
-            judged = verdict(self.run_dir, len(self.seed_ids), threshold)
+            judged = backend_modules().saved.verdict(self.run_dir, len(self.seed_ids), threshold)
         summary = run_summary(self.run_dir, host, final, wall_s, threshold, judged)
         if self.writer:
             runs.write_json(self.run_dir / runs.SUMMARY, _summary_json(summary, host, final))
@@ -534,8 +551,9 @@ def restore(
     expected = checkpoint_arrays(template, fresh)
     try:
         arrays = migrate_checkpoint(checkpoint, template).arrays
-        check_arrays(arrays, expected)
-        state = engine.place(from_host(template, arrays))
+        engines = backend_modules().engine
+        engines.check_arrays(arrays, expected)
+        state = engine.place(engines.from_host(template, arrays))
     except ValueError as err:
         raise ConfigError(f"{run_dir}: {err}") from None
     best_params, best_mean, best_std, best_generation = (arrays[n] for n in HOST_ARRAYS)
@@ -616,7 +634,8 @@ def checkpoint_arrays(state: Any, host: HostState) -> dict[str, np.ndarray]:
     """Everything a checkpoint stores, by name: the engine state's arrays, then the host's."""
     best_obs = host.best_obs or (np.zeros(0, np.float32), np.zeros(0, np.float32))
     values = (host.best_params, *best_obs, np.asarray(host.best_generation, np.int64))
-    return {**to_host(state), **dict(zip(HOST_ARRAYS, map(np.asarray, values), strict=True))}
+    named = backend_modules().engine.to_host(state)
+    return {**named, **dict(zip(HOST_ARRAYS, map(np.asarray, values), strict=True))}
 
 
 def migrate_checkpoint(checkpoint: runs.Checkpoint, template: Any) -> runs.Checkpoint:
@@ -641,9 +660,10 @@ def _v1_order(state_names: list[str]) -> list[str]:
 
     Version 1 wrote ``jax.tree.leaves`` of the state of its day, laid out as ``_V1_FIELDS``.
     """
+    prefix = backend_modules().engine.STATE_PREFIX
 
     def position(i: int, name: str) -> tuple[int, Any]:
-        path = name.removeprefix(STATE_PREFIX)
+        path = name.removeprefix(prefix)
         for field, top in enumerate(_V1_FIELDS):
             if path == top or path.startswith(top + "/"):
                 return field, (path if top in _V1_SORTED else i)
@@ -661,9 +681,11 @@ def _name_v1_arrays(arrays: dict[str, np.ndarray], template: Any) -> dict[str, n
     strategy settings (``hyper``), or the env sampler's bounds, were state lacks them; they
     get this run's values, which come from the same config.
     """
-    expected = to_host(template)  # in the tree's own leaf order, whatever the names
+    engine = backend_modules().engine
+    expected = engine.to_host(template)  # in the tree's own leaf order, whatever the names
     names = _v1_order(list(expected))
-    late = {top: [n for n in names if n.startswith(f"{STATE_PREFIX}{top}/")] for top in _V1_SORTED}
+    prefix = engine.STATE_PREFIX
+    late = {top: [n for n in names if n.startswith(f"{prefix}{top}/")] for top in _V1_SORTED}
     leaves = [arrays[key] for key in sorted(arrays)]
     count = len(leaves) - len(HOST_ARRAYS)
     for absent in ([], late["bounds"], late["hyper"] + late["bounds"]):

@@ -28,10 +28,9 @@ import numpy as np
 from esjax import runs
 from esjax.config import ConfigError, RunConfig, parse_override
 from esjax.evolve import Interrupted, build_engine, check_memory, complete_sizes, resolve_config
-from esjax.lifecycle import Run, RunInUse, RunLock, StopSignals
+from esjax.lifecycle import Run, RunInUse, RunLock, StopSignals, backend_modules
 from esjax.loop import drive
 from esjax.plotting import Group, plot_grid, plot_groups, plot_runs, solved_return_of, split_seeds
-from esjax.saved import TEST_EPISODES, evaluate_run, make_test_rollout, read_verdict, verdict
 from esjax.stats import interval_bounds
 from esjax.trackers import RunLogger, check_backends
 
@@ -440,12 +439,13 @@ def summarize(sweep_dir: Path, grid: Sequence[Configuration], spec: dict[str, An
     The verdict is each run's own (``summary.json``, :func:`esjax.saved.verdict`); the test
     returns are read from it too unless the sweep asked for another number of test episodes.
     """
-    episodes = int(spec.get("test_episodes") or TEST_EPISODES)
+    saved = backend_modules().saved
+    episodes = int(spec.get("test_episodes") or saved.TEST_EPISODES)
     results = []
     for configuration in grid:
         run_dir = sweep_dir / configuration.name
         config = runs.read_run_config(run_dir)
-        judged = read_verdict(_read_summary(run_dir))
+        judged = saved.read_verdict(_read_summary(run_dir))
         entry: dict[str, Any] = {
             "name": configuration.name,
             "overrides": list(configuration.overrides),
@@ -489,17 +489,18 @@ def _read_summary(run_dir: Path) -> dict[str, Any]:
 
 def _verdict_of(run_dir: Path, config: RunConfig, threshold: float) -> Any:
     """The verdict of a run whose summary has none, on the same episodes as summary.json's."""
-    return verdict(run_dir, config.seeds, threshold)
+    return backend_modules().saved.verdict(run_dir, config.seeds, threshold)
 
 
 def _test_returns(run_dir: Path, config: RunConfig, episodes: int, judged: Any) -> dict[str, list]:
     """Per-seed mean test return of the final and best policy (the verdict's when it fits)."""
-    if judged is not None and episodes == TEST_EPISODES:
+    saved = backend_modules().saved
+    if judged is not None and episodes == saved.TEST_EPISODES:
         return {"final": list(judged.final_per_seed), "best": list(judged.best_per_seed)}
-    built = make_test_rollout(run_dir)  # shared by configurations of the same task
+    built = saved.make_test_rollout(run_dir)  # shared by configurations of the same task
     return {
         which: [
-            evaluate_run(run_dir, episodes, seed=s, which=which, built=built)["mean"]
+            saved.evaluate_run(run_dir, episodes, seed=s, which=which, built=built)["mean"]
             for s in range(config.seeds)
         ]
         for which in ("final", "best")
