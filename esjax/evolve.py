@@ -1,10 +1,11 @@
-"""The host loop: resolve a run's config, build its engine, drive it block by block.
+"""One run: resolve its config, build its engine, drive it block by block.
 
-``evolve`` is what the CLI's ``esjax evolve`` calls. Everything between blocks (metrics,
-policies, checkpoints every ``checkpoint_every_s`` seconds and at the end, the run directory's
-lock, stop signals) belongs to :class:`esjax.lifecycle.Run`. A run resumed from a checkpoint
-continues bit-identically: the generation step is the same compiled program whatever the
-block boundaries, and everything it reads is in the checkpoint. Before anything is built, a
+``evolve`` is what the CLI's ``esjax evolve`` calls. The run directory (its lock, metrics,
+policies, checkpoints) belongs to :class:`esjax.lifecycle.Run`; the blocks, the checkpoint every
+``checkpoint_every_s`` seconds and stop signals to :func:`esjax.loop.drive`, the loop a sweep's
+stacked configurations share. A run resumed from a checkpoint continues bit-identically: the
+generation step is the same compiled program whatever the block boundaries, and everything it
+reads is in the checkpoint. Before anything is built, a
 config is checked: non-finite numbers and a generation that cannot fit in memory are refused.
 """
 
@@ -18,6 +19,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import jax
+
 from esjax import memory
 from esjax.config import (
     ConfigError,
@@ -28,8 +31,11 @@ from esjax.config import (
     check_finite,
     parse_override,
 )
-from esjax.lifecycle import Interrupted, LostProcess, Run, RunSummary
-from esjax.tasks import forget_shared_rollouts, shared_rollout
+from esjax.lifecycle import Interrupted, LostProcess, Run, RunSummary, backend_modules
+from esjax.loop import drive
+from esjax.popsize_rule import apply_popsize_rule
+from esjax.presets import load_task
+from esjax.tasks import check_task, forget_shared_rollouts, make_rollout, shared_rollout
 from esjax.version import __version__
 
 __all__ = ["Interrupted", "LostProcess", "RunSummary", "build_engine", "evolve", "resolve_config"]
@@ -43,8 +49,6 @@ def _load_task(
     task: str | Path | TaskConfig, overrides: Sequence[str]
 ) -> tuple[str, TaskConfig, dict]:
     """``(name, parsed task, raw table before overrides)``."""
-    from esjax.presets import load_task
-
     name, parsed, raw, _ = load_task(task, overrides)
     return name, parsed, raw
 
@@ -61,9 +65,6 @@ def resolve_config(
     overrides: Sequence[str] = (),
 ) -> RunConfig:
     """The resolved config of a new run (what ``config.json`` holds), before anything is written."""
-    from esjax.strategies import load_strategy, resolve_popsize
-    from esjax.tasks import check_task
-
     overrides = list(overrides)
     name, task_config, raw = _load_task(task, overrides)
     check_task(task_config, name)
@@ -74,7 +75,8 @@ def resolve_config(
     explicit = apply_overrides({}, [o for o in overrides if o.startswith("strategy_settings.")])
     settings = dict(task_config.strategy_settings) if own else {}
     settings.update(explicit.get("strategy_settings", {}))
-    spec = load_strategy(strategy_name, settings, overrides_source=name)
+    strategies = backend_modules().strategies
+    spec = strategies.load_strategy(strategy_name, settings, overrides_source=name)
     check_finite(spec.settings, f"strategy {spec.name}: settings")
     for label, value in (
         ("generations", generations),
@@ -84,13 +86,13 @@ def resolve_config(
         if value is not None and (not isinstance(value, int) or value <= 0):
             raise ConfigError(f"{label} must be a positive integer, got {value!r}")
     if (popsize or task_config.popsize) is not None:
-        resolve_popsize(spec, 1, popsize or task_config.popsize)  # odd for a mirrored ES, ...
+        strategies.resolve_popsize(
+            spec, 1, popsize or task_config.popsize
+        )  # odd for a mirrored ES, ...
     if not isinstance(seeds, int) or seeds <= 0:
         raise ConfigError(f"seeds must be a positive integer, got {seeds!r}")
     if not isinstance(seed, int) or seed < 0:
         raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
-    from esjax.popsize_rule import apply_popsize_rule
-
     spec, run_generations, scaling = apply_popsize_rule(
         task_config, spec, popsize, generations, overrides
     )
@@ -99,7 +101,7 @@ def resolve_config(
         task_name=name,
         task=task_config,
         strategy=spec,
-        popsize=resolve_popsize(spec, num_dims, popsize or task_config.popsize),
+        popsize=strategies.resolve_popsize(spec, num_dims, popsize or task_config.popsize),
         num_dims=num_dims,
         rollouts=rollouts or _run_rollouts(task_config, spec, overrides),
         generations=run_generations,
@@ -125,15 +127,14 @@ def member_size(task: TaskConfig, source: str) -> int:
 
 def complete_sizes(config: RunConfig) -> RunConfig:
     """An older run's config with the popsize and member size its first block would have found."""
-    from esjax.strategies import resolve_popsize
-
     if not config.missing_sizes:
         return config
+    strategies = backend_modules().strategies
     num_dims = member_size(config.task, config.task_name)
     popsize = config.popsize or config.task.popsize
     spec = _strategy_spec(config)
     return dataclasses.replace(
-        config, num_dims=num_dims, popsize=resolve_popsize(spec, num_dims, popsize)
+        config, num_dims=num_dims, popsize=strategies.resolve_popsize(spec, num_dims, popsize)
     )
 
 
@@ -143,8 +144,6 @@ def build_engine(config: RunConfig):
     Engines are kept for the life of the process (a few at most), so evolving, resuming or
     re-running the same configuration does not compile it again.
     """
-    import jax
-
     key = config.program_key() + repr(jax.devices())
     if key not in _ENGINES:
         while len(_ENGINES) >= _MAX_ENGINES:
@@ -159,8 +158,6 @@ _MAX_ENGINES = 4
 
 def clear_engine_cache() -> None:
     """Forget built engines (and JAX's compiled programs): the next run compiles afresh."""
-    import jax
-
     _ENGINES.clear()
     forget_shared_rollouts()
     jax.clear_caches()
@@ -168,10 +165,9 @@ def clear_engine_cache() -> None:
 
 def _strategy_spec(config: RunConfig) -> StrategySpec:
     """The run's strategy with settings esjax added since the run was made at their defaults."""
-    from esjax.strategies import resolve_settings
-
     spec = config.strategy
-    settings = resolve_settings(spec.algorithm, [(spec.settings, "config")])
+    strategies = backend_modules().strategies
+    settings = strategies.resolve_settings(spec.algorithm, [(spec.settings, "config")])
     return dataclasses.replace(spec, settings=settings)
 
 
@@ -181,15 +177,14 @@ def check_memory(config: RunConfig) -> None:
     Runs before anything allocates a member's parameters (building the engine does); a config
     that passed once in this process is not estimated again.
     """
-    from esjax.strategies import build_strategy
-
     key = json.dumps({**config.program(), "seeds": config.seeds}, sort_keys=True)
     if key in _FITS:
         return
     spec = _strategy_spec(config)
+    strategies = backend_modules().strategies
     needs = memory.estimate(
         shared_rollout(config.task, source=config.task_name),
-        lambda num_dims: build_strategy(spec, num_dims, config.popsize),
+        lambda num_dims: strategies.build_strategy(spec, num_dims, config.popsize),
         lambda num_dims: config.popsize,
         seeds=config.seeds,
         rollouts=config.rollouts,
@@ -202,10 +197,7 @@ _FITS: set[str] = set()
 
 
 def _build_engine(config: RunConfig):
-    from esjax.engine import keep_programs, make_engine
-    from esjax.strategies import build_strategy, strategy_cost_hint
-    from esjax.tasks import make_rollout
-
+    engines, _, strategies = backend_modules()
     task = config.task
     spec = _strategy_spec(config)
     check_memory(config)  # building the engine allocates a member's parameters
@@ -213,19 +205,19 @@ def _build_engine(config: RunConfig):
     # The engine's own: a caller may change an engine's rollout (a pinned chunk size), and no
     # other engine or sizing may see that.
     rollout = make_rollout(task, source=config.task_name)
-    engine = make_engine(
+    engine = engines.make_engine(
         rollout,
         rollout,
-        lambda n: build_strategy(spec, n, config.popsize),
+        lambda n: strategies.build_strategy(spec, n, config.popsize),
         rollouts=config.rollouts,
         block=min(task.evaluation.every, MAX_BLOCK),
         eval_episodes=task.evaluation.episodes,
         normalize_obs=task.normalize_obs,
     )
     # Later processes with this config read its programs back instead of tracing them again.
-    engine = keep_programs(engine, config.program())
+    engine = engines.keep_programs(engine, config.program())
     steps = config.rollouts * engine.rollout.episode_length
-    hint = strategy_cost_hint(spec, engine.num_dims, engine.popsize, steps)
+    hint = strategies.strategy_cost_hint(spec, engine.num_dims, engine.popsize, steps)
     if hint:
         warnings.warn(hint, stacklevel=4)
     return task, engine
@@ -241,7 +233,7 @@ def _default_run_dir(config: RunConfig) -> Path:
     return path
 
 
-# ---------------------------------------------------------------------------- the loop
+# ---------------------------------------------------------------------------- one run
 def evolve(
     task: str | Path | TaskConfig | None,
     *,
@@ -268,18 +260,14 @@ def evolve(
     settings come from its config. A stop signal (SIGTERM, SIGINT, SIGHUP, SIGUSR1) ends the
     run after the block in flight with a checkpoint and raises :class:`Interrupted`.
     """
-    import jax
-    import jax.numpy as jnp
-
     if block is not None and (not isinstance(block, int) or block <= 0):
         raise ConfigError(f"block must be a positive integer, got {block!r}")
     writer = jax.process_index() == 0  # only process 0 of a multi-process run writes files
-    timing = dict(writer=writer, checkpoint_every_s=checkpoint_every_s)
     if resume:
         if out is None:
             raise ConfigError("resume needs the run directory (out=...)")
         given = (task, strategy, popsize, rollouts, seeds, overrides)
-        run = Run.reopen(out, generations=generations, **timing,
+        run = Run.reopen(out, generations=generations, writer=writer,
                          prepare=lambda config: _prepare_resume(config, *given))  # fmt: skip
     else:
         config = resolve_config(
@@ -294,34 +282,20 @@ def evolve(
         )
         check_memory(config)  # before the run directory exists
         out = out if out is not None else _default_run_dir(config)
-        run = Run.create(out, config, overwrite=overwrite, **timing)
+        run = Run.create(out, config, overwrite=overwrite, writer=writer)
 
     with run:
-        task_config, engine = build_engine(run.config)
+        _, engine = build_engine(run.config)
         run.begin(engine)
-        per_visit = min(block or engine.block, engine.block)
-        every = task_config.evaluation.every
-        while run.generation < run.total:
-            run.stop_if_requested()  # SIGTERM, Ctrl-C, ...: checkpoint and raise Interrupted
-            g = run.generation
-            n = min(per_visit, (g // every + 1) * every - g, run.total - g)
-            state, metrics = engine.run_block(run.state, jnp.asarray(n, jnp.int32))
-            metrics = jax.device_get(metrics)
-            evaluation = None
-            if (g + n) % every == 0:
-                evaluation = jax.device_get(engine.evaluate(state))
-            rows = run.record(state, metrics, n, evaluation)
-            if on_progress is not None:
-                for row in rows[-len(run.seed_ids) :]:
-                    seed_id = int(row.get("seed", run.seed_ids[0]))
-                    on_progress(
-                        {
-                            **row,
-                            "generations": run.total,
-                            "seed": seed_id,
-                            "run_dir": str(run.run_dir),
-                        }
-                    )
+        drive(
+            engine,
+            [run],
+            block=min(block or engine.block, engine.block),
+            signals=run.signals,  # SIGTERM, Ctrl-C, ...: checkpoint and raise Interrupted
+            checkpoint_every_s=checkpoint_every_s,
+            interrupted=lambda generation, signum: Interrupted(run.run_dir, generation, signum),
+            reports=[on_progress],
+        )
         return run.finish()
 
 

@@ -1,11 +1,12 @@
 """A run's life in one place: claim the directory, start or resume, record, checkpoint, stop.
 
-:class:`Run` is what :func:`esjax.evolve.evolve` drives. It owns everything between blocks of
-generations: the run directory, the host-side bookkeeping (env steps, wall time, best
-evaluated policy), metrics rows, the checkpoint schedule, and turning the ways a run can end
-early into errors that say how to continue (:class:`Interrupted`, :class:`LostProcess`,
-:class:`~esjax.runs.StorageError`). The engine state and the host state change together as
-one :class:`Progress`, so a checkpoint is always of one completed generation.
+:class:`Run` is what :func:`esjax.loop.drive` drives (for ``esjax evolve``, and for each of a
+sweep's configurations). It owns everything between blocks of generations but their timing:
+the run directory, the host-side bookkeeping (env steps, wall time, best evaluated policy),
+metrics rows, checkpoints, and turning the ways a run can end early into errors that say how
+to continue (:class:`Interrupted`, :class:`LostProcess`, :class:`~esjax.runs.StorageError`).
+The engine state and the host state change together as one :class:`Progress`, so a
+checkpoint is always of one completed generation.
 
 A run can be killed at any instant and resumed to the same result:
 
@@ -13,8 +14,10 @@ A run can be killed at any instant and resumed to the same result:
   before it writes anything until it exits; the kernel drops it however the process ends, so
   there are no stale locks. A second run, resume or overwrite of a live run is refused.
 * **Resumable from the start.** ``config.json`` is written as soon as the lock is held, and
-  never again (a resume that goes further records its target in the checkpoint); a run
-  directory with a config and no checkpoint resumes from generation 0 (the seeds decide it).
+  never again (a resume that goes further records its target in ``target.json`` at once,
+  and in every checkpoint); a run directory with a config and no checkpoint resumes from
+  generation 0 (the seeds decide it). A resume with generations left removes the run's old
+  ``summary.json`` first: a run without one is unfinished.
 * **Stop signals.** SIGTERM, SIGINT, SIGHUP and SIGUSR1 (what schedulers, containers and
   Ctrl-C send before a kill) only set a flag; the loop finishes the block in flight,
   checkpoints it and raises :class:`Interrupted` (exit code 128 + the signal number). A
@@ -37,8 +40,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from esjax import runs
@@ -46,6 +51,26 @@ from esjax.config import ConfigError, RunConfig
 
 # What Ctrl-C, schedulers (Slurm, Kubernetes, `docker stop`) and hang-ups send before a kill.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
+
+
+class BackendModules(NamedTuple):
+    engine: Any
+    saved: Any
+    strategies: Any
+
+
+def backend_modules() -> BackendModules:
+    """:mod:`esjax.engine`, :mod:`esjax.saved` and :mod:`esjax.strategies`, imported when first
+    needed by the host modules.
+
+    All three import evosax, which makes JAX arrays on import and so starts JAX's backend.
+    ``from esjax import evolve`` must leave the backend to :mod:`esjax.distributed` (its CPU
+    device count, ``jax.distributed.initialize``), so that ``esjax.use_cpu_cores()`` called
+    after it still takes effect.
+    """
+    from esjax import engine, saved, strategies  # they start JAX's backend: not at import
+
+    return BackendModules(engine, saved, strategies)
 
 
 class Interrupted(Exception):
@@ -271,33 +296,34 @@ class Run:
     """One run directory from claiming it to the summary; see the module docstring.
 
     Use :meth:`create` or :meth:`reopen`, then ``with run:`` around building the engine,
-    :meth:`begin`, the loop of :meth:`record` calls, and :meth:`finish`.
+    :meth:`begin`, the loop of :meth:`record` calls (:func:`esjax.loop.drive`), and
+    :meth:`finish`. When to checkpoint between blocks, and what a stop signal raises, is the
+    loop's to decide: it may drive several runs stacked in one state.
     """
 
     def __init__(self, run_dir: Path, config: RunConfig, *, resumed: bool, writer: bool,
-                 checkpoint_every_s: float, lock: RunLock | None = None,
-                 created: bool = False, target: int | None = None):  # fmt: skip
+                 lock: RunLock | None = None, created: bool = False,
+                 target: int | None = None):  # fmt: skip
         self.run_dir = run_dir
         self.config = config
-        # Generations to reach: config.generations, unless a resume asked for more (or the
-        # checkpoint of an earlier such resume says so; config.json is never rewritten).
+        # Generations to reach: config.generations, unless a resume asked for more (or an
+        # earlier such resume recorded its target; config.json is never rewritten).
         self._target = target
         self.resumed = resumed
         self.writer = writer
-        self.checkpoint_every_s = checkpoint_every_s
         self._lock = lock
         self._created = created
-        self._signals = StopSignals()
+        self.signals = StopSignals()
         self.engine: Any = None
         self.progress: Progress | None = None
         self.saved_generation: int | None = None
-        self._started = self._last_checkpoint = time.perf_counter()
+        self._started = time.perf_counter()
         self._wall_offset = 0.0
 
     # ------------------------------------------------------------------ claiming the directory
     @classmethod
     def create(cls, run_dir: str | Path, config: RunConfig, *, overwrite: bool,
-               writer: bool, checkpoint_every_s: float) -> Run:  # fmt: skip
+               writer: bool) -> Run:  # fmt: skip
         """A new run in ``run_dir`` (refused if it holds anything unless ``overwrite``).
 
         The config is written at once, so the run resumes (from generation 0) from here on.
@@ -313,17 +339,17 @@ class Run:
                 lock.release()
                 reason = err.strerror or str(err)
                 raise runs.StorageError(f"{run_dir}: cannot write ({reason})") from None
-        return cls(run_dir, config, resumed=False, writer=writer,
-                   checkpoint_every_s=checkpoint_every_s, lock=lock, created=created)  # fmt: skip
+        return cls(run_dir, config, resumed=False, writer=writer, lock=lock, created=created)
 
     @classmethod
     def reopen(cls, run_dir: str | Path, *, generations: int | None, writer: bool,
-               checkpoint_every_s: float,
                prepare: Callable[[RunConfig], RunConfig] | None = None) -> Run:  # fmt: skip
         """The run in ``run_dir``, to continue (to ``generations`` in all, when given).
 
         ``prepare(config)`` may refuse the run's config (arguments that contradict it) and
-        returns the config to run (an older run's, completed).
+        returns the config to run (an older run's, completed). A new target is recorded at
+        once (:func:`esjax.runs.write_target`), so a kill before the next checkpoint cannot
+        make a later plain resume fall back to the old one.
         """
         if generations is not None and (not isinstance(generations, int) or generations <= 0):
             raise ConfigError(f"generations must be a positive integer, got {generations!r}")
@@ -334,12 +360,14 @@ class Run:
             config = runs.read_run_config(run_dir)
             if prepare is not None:
                 config = prepare(config)
+            if generations is not None and writer:
+                runs.write_target(run_dir, generations)
         except BaseException:
             if lock is not None:
                 lock.release()
             raise
-        return cls(run_dir, config, resumed=True, writer=writer, lock=lock,
-                   checkpoint_every_s=checkpoint_every_s, target=generations)  # fmt: skip
+        target = generations if generations is not None else runs.read_target(run_dir)
+        return cls(run_dir, config, resumed=True, writer=writer, lock=lock, target=target)
 
     def release(self) -> None:
         """Give up the directory without running (what ``with run:`` does on leaving)."""
@@ -368,7 +396,7 @@ class Run:
         return self._wall_offset + time.perf_counter() - self._started
 
     def __enter__(self) -> Run:
-        self._signals.__enter__()
+        self.signals.__enter__()
         self._started = time.perf_counter()
         return self
 
@@ -376,13 +404,11 @@ class Run:
         try:
             self._translate(error)
         finally:
-            self._signals.__exit__()
+            self.signals.__exit__()
             self.release()
 
     def _translate(self, error: BaseException | None) -> None:
         """Re-raise how the run ended as what the caller can act on (see the module docstring)."""
-        import jax
-
         if error is None:
             return
         if self.progress is None:
@@ -395,9 +421,7 @@ class Run:
             if jax.process_count() > 1:
                 raise LostProcess(self.run_dir, self.generation, error) from error
         elif isinstance(error, KeyboardInterrupt):
-            if self.writer:
-                runs.truncate_metrics(self.run_dir, self.generation)
-            self.checkpoint()
+            self.stop()
             raise Interrupted(self.run_dir, self.generation) from None
         elif isinstance(error, OSError):  # disk full, directory read-only: keep the last one
             raise self._storage_error(error) from error
@@ -411,12 +435,12 @@ class Run:
             with contextlib.suppress(OSError):
                 shutil.rmtree(path) if path.is_dir() else path.unlink()
 
-    def stop_if_requested(self) -> None:
-        """After a stop signal: checkpoint the last completed generation, raise Interrupted."""
-        signum = self._signals.received
-        if signum is not None:
-            self.checkpoint()
-            raise Interrupted(self.run_dir, self.generation, signum)
+    def stop(self) -> None:
+        """Make the directory end at the last completed generation: metrics rows past it (a
+        block interrupted while being recorded) go, and that generation is checkpointed."""
+        if self.writer:
+            runs.truncate_metrics(self.run_dir, self.generation)
+        self.checkpoint()
 
     def _storage_error(self, err: OSError) -> runs.StorageError:
         kept = (
@@ -431,73 +455,31 @@ class Run:
         """The starting point: the run's checkpoint, else generation 0 of its seeds.
 
         A resumed run without a checkpoint (killed before its first one) starts from
-        generation 0 again, which is exactly where it started.
+        generation 0 again, which is exactly where it started. A reopened run with generations
+        left is no longer finished: its old ``summary.json`` goes before anything runs.
         """
-        import jax.numpy as jnp
-
         self.engine = engine
-        seeds = len(self.seed_ids)
         template = engine.init(jnp.asarray(self.seed_ids, jnp.int32))
-        has_checkpoint = any(
-            (self.run_dir / name).is_file() for name in (runs.CHECKPOINT, runs.PREV_CHECKPOINT)
-        )
-        fresh = HostState(
-            generation=0,
-            env_steps=np.zeros(seeds, np.int64),
-            wall_s=0.0,
-            best_eval=np.full(seeds, -np.inf),
-            best_params=np.asarray(template.strategy.mean).copy(),
-            best_obs=obs_arrays(engine, template),
-            best_generation=np.zeros(seeds, np.int64),
-        )
-        if self.resumed and has_checkpoint:
-            state, host = self._restore(template, fresh)
+        fresh = fresh_host(engine, template, len(self.seed_ids))
+        if self.resumed and runs.has_checkpoint(self.run_dir):
+            state, host, target = restore(self.run_dir, self.config, engine, template, fresh)
+            self._target = self._target or target
+            if self.writer:
+                runs.truncate_metrics(self.run_dir, host.generation)
+            self.saved_generation = host.generation
         else:
             if self.resumed and self.writer:
                 runs.truncate_metrics(self.run_dir, 0)
             state, host = template, fresh
         self._wall_offset = host.wall_s
         self.progress = Progress(state, host)
-        self._last_checkpoint = time.perf_counter()
-
-    def _restore(self, template: Any, fresh: HostState) -> tuple[Any, HostState]:
-        """Engine and host state from the run's checkpoint, matched by name to what a fresh
-        start of this run (``template``, ``fresh``) holds."""
-        from esjax.engine import check_arrays, from_host
-
-        engine = self.engine
-        checkpoint = runs.load_checkpoint(self.run_dir)
-        meta = checkpoint.meta
-        _check_same_run(self.run_dir, meta, self.config)
-        if self._target is None:  # an earlier resume may have asked for more generations
-            self._target = meta.get("target_generations")
-        expected = checkpoint_arrays(template, fresh)
-        try:
-            arrays = migrate_checkpoint(checkpoint, template).arrays
-            check_arrays(arrays, expected)
-            state = engine.place(from_host(template, arrays))
-        except ValueError as err:
-            raise ConfigError(f"{self.run_dir}: {err}") from None
-        best_params, best_mean, best_std, best_generation = (arrays[n] for n in HOST_ARRAYS)
-        host = HostState(
-            generation=int(meta["generation"]),
-            env_steps=np.asarray(meta["env_steps"], np.int64),
-            wall_s=float(meta["wall_s"]),
-            best_eval=np.asarray(
-                [-np.inf if x is None else x for x in meta["best_eval"]], np.float64
-            ),
-            best_params=best_params,
-            best_obs=(best_mean, best_std) if engine.normalize_obs else None,
-            best_generation=best_generation,
-        )
-        if self.writer:
-            runs.truncate_metrics(self.run_dir, host.generation)
-        self.saved_generation = host.generation
-        return state, host
+        if self.writer and host.generation < self.total:
+            (self.run_dir / runs.SUMMARY).unlink(missing_ok=True)
 
     def record(self, state: Any, metrics: dict[str, np.ndarray], n: int,
                evaluation: dict[str, np.ndarray] | None) -> list[dict[str, Any]]:  # fmt: skip
-        """Take a completed block of ``n`` generations: metrics rows, best policy, checkpoint.
+        """Take a completed block of ``n`` generations: metrics rows, best policy, and the
+        checkpoint when it reaches the run's target.
 
         Returns the block's metrics rows (one per generation and seed).
         """
@@ -509,8 +491,7 @@ class Run:
             runs.append_metrics(self.run_dir, rows)
         best = _update_best(self.engine, state, host, evaluation, end)
         self.progress = Progress(state, HostState(end, env_steps, now, *best))
-        due = time.perf_counter() - self._last_checkpoint >= self.checkpoint_every_s
-        if end >= self.total or due:
+        if end >= self.total:
             self.checkpoint()
         return rows
 
@@ -527,7 +508,6 @@ class Run:
             }
             runs.save_checkpoint(self.run_dir, meta, arrays)
             self.saved_generation = host.generation
-        self._last_checkpoint = time.perf_counter()
 
     def finish(self) -> RunSummary:
         """Evaluate the final search mean and judge the run; the writer writes ``summary.json``.
@@ -535,33 +515,76 @@ class Run:
         With a ``solved_return`` the writer tests every seed's saved final and best policy on
         fresh test episodes (:func:`esjax.saved.verdict`, the one meaning of *solved*).
         """
-        import jax
-
-        # Imported here: the saved-policy path pulls in every strategy, which importing esjax
-        # for a command's start-up does not need.
-        from esjax.saved import verdict
-
         host = self.progress.host
-        task = self.config.task
+        threshold = self.config.task.solved_return
         final = jax.device_get(self.engine.evaluate(self.state))
-        finite_best = host.best_eval[np.isfinite(host.best_eval)]
         wall_s = self.wall()  # the run's own time; testing its policies comes after
         judged = None
-        if self.writer and task.solved_return is not None:
-            judged = verdict(self.run_dir, len(self.seed_ids), task.solved_return)
-        summary = RunSummary(
-            run_dir=self.run_dir,
-            generations=host.generation,
-            env_steps=int(np.mean(host.env_steps)),
-            wall_s=wall_s,
-            final_eval_return=float(np.mean(final["eval_return"])),
-            best_eval_return=float(np.mean(finite_best)) if finite_best.size else None,
-            solved_threshold=task.solved_return,
-            verdict=judged,
-        )
+        if self.writer and threshold is not None:
+            judged = backend_modules().saved.verdict(self.run_dir, len(self.seed_ids), threshold)
+        summary = run_summary(self.run_dir, host, final, wall_s, threshold, judged)
         if self.writer:
             runs.write_json(self.run_dir / runs.SUMMARY, _summary_json(summary, host, final))
         return summary
+
+
+def fresh_host(engine: Any, template: Any, seeds: int) -> HostState:
+    """The host state of a run at generation 0, whose engine state is ``template``."""
+    return HostState(
+        generation=0,
+        env_steps=np.zeros(seeds, np.int64),
+        wall_s=0.0,
+        best_eval=np.full(seeds, -np.inf),
+        best_params=np.asarray(template.strategy.mean).copy(),
+        best_obs=obs_arrays(engine, template),
+        best_generation=np.zeros(seeds, np.int64),
+    )
+
+
+def restore(
+    run_dir: Path, config: RunConfig, engine: Any, template: Any, fresh: HostState
+) -> tuple[Any, HostState, int | None]:
+    """Engine state, host state and recorded target from the run's checkpoint, its arrays
+    matched by name to what a fresh start of this run (``template``, ``fresh``) holds."""
+    checkpoint = runs.load_checkpoint(run_dir)
+    meta = checkpoint.meta
+    _check_same_run(run_dir, meta, config)
+    expected = checkpoint_arrays(template, fresh)
+    try:
+        arrays = migrate_checkpoint(checkpoint, template).arrays
+        engines = backend_modules().engine
+        engines.check_arrays(arrays, expected)
+        state = engine.place(engines.from_host(template, arrays))
+    except ValueError as err:
+        raise ConfigError(f"{run_dir}: {err}") from None
+    best_params, best_mean, best_std, best_generation = (arrays[n] for n in HOST_ARRAYS)
+    host = HostState(
+        generation=int(meta["generation"]),
+        env_steps=np.asarray(meta["env_steps"], np.int64),
+        wall_s=float(meta["wall_s"]),
+        best_eval=np.asarray([-np.inf if x is None else x for x in meta["best_eval"]], np.float64),
+        best_params=best_params,
+        best_obs=(best_mean, best_std) if engine.normalize_obs else None,
+        best_generation=best_generation,
+    )
+    # An earlier resume may have asked for more generations (before target files existed).
+    return state, host, meta.get("target_generations")
+
+
+def run_summary(run_dir: Path, host: HostState, final: dict, wall_s: float,
+                threshold: float | None, judged: Any) -> RunSummary:  # fmt: skip
+    """What a run reached: means over seeds of its final and best evaluation returns."""
+    finite_best = host.best_eval[np.isfinite(host.best_eval)]
+    return RunSummary(
+        run_dir=run_dir,
+        generations=host.generation,
+        env_steps=int(np.mean(host.env_steps)),
+        wall_s=wall_s,
+        final_eval_return=float(np.mean(final["eval_return"])),
+        best_eval_return=float(np.mean(finite_best)) if finite_best.size else None,
+        solved_threshold=threshold,
+        verdict=judged,
+    )
 
 
 def _check_same_run(run_dir: Path, meta: dict[str, Any], config: RunConfig) -> None:
@@ -610,11 +633,10 @@ _V1_SORTED = ("hyper", "bounds")  # dicts: JAX flattens them in sorted key order
 
 def checkpoint_arrays(state: Any, host: HostState) -> dict[str, np.ndarray]:
     """Everything a checkpoint stores, by name: the engine state's arrays, then the host's."""
-    from esjax.engine import to_host
-
     best_obs = host.best_obs or (np.zeros(0, np.float32), np.zeros(0, np.float32))
     values = (host.best_params, *best_obs, np.asarray(host.best_generation, np.int64))
-    return {**to_host(state), **dict(zip(HOST_ARRAYS, map(np.asarray, values), strict=True))}
+    named = backend_modules().engine.to_host(state)
+    return {**named, **dict(zip(HOST_ARRAYS, map(np.asarray, values), strict=True))}
 
 
 def migrate_checkpoint(checkpoint: runs.Checkpoint, template: Any) -> runs.Checkpoint:
@@ -639,10 +661,10 @@ def _v1_order(state_names: list[str]) -> list[str]:
 
     Version 1 wrote ``jax.tree.leaves`` of the state of its day, laid out as ``_V1_FIELDS``.
     """
-    from esjax.engine import STATE_PREFIX
+    prefix = backend_modules().engine.STATE_PREFIX
 
     def position(i: int, name: str) -> tuple[int, Any]:
-        path = name.removeprefix(STATE_PREFIX)
+        path = name.removeprefix(prefix)
         for field, top in enumerate(_V1_FIELDS):
             if path == top or path.startswith(top + "/"):
                 return field, (path if top in _V1_SORTED else i)
@@ -660,11 +682,11 @@ def _name_v1_arrays(arrays: dict[str, np.ndarray], template: Any) -> dict[str, n
     strategy settings (``hyper``), or the env sampler's bounds, were state lacks them; they
     get this run's values, which come from the same config.
     """
-    from esjax.engine import STATE_PREFIX, to_host
-
-    expected = to_host(template)  # in the tree's own leaf order, whatever the names
+    engine = backend_modules().engine
+    expected = engine.to_host(template)  # in the tree's own leaf order, whatever the names
     names = _v1_order(list(expected))
-    late = {top: [n for n in names if n.startswith(f"{STATE_PREFIX}{top}/")] for top in _V1_SORTED}
+    prefix = engine.STATE_PREFIX
+    late = {top: [n for n in names if n.startswith(f"{prefix}{top}/")] for top in _V1_SORTED}
     leaves = [arrays[key] for key in sorted(arrays)]
     count = len(leaves) - len(HOST_ARRAYS)
     for absent in ([], late["bounds"], late["hyper"] + late["bounds"]):

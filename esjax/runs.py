@@ -8,7 +8,8 @@ A run directory holds::
     checkpoint.prev.msgpack  the checkpoint before it, used when the newest one is damaged
     final_policy.msgpack   the search mean at the last checkpoint, per seed
     best_policy.msgpack    the best evaluated parameters so far, per seed
-    summary.json           written when the run finishes
+    summary.json           written when the run finishes (removed while a resume extends it)
+    target.json            the generations a resume asked for, when it asked for any
     run.lock               locked (``flock``) by the process writing the run; holds its PID
 
 Binary files are msgpack (``flax.serialization``), never pickle, wrapped with a SHA-256 of
@@ -54,6 +55,7 @@ CHECKPOINT = "checkpoint.msgpack"
 PREV_CHECKPOINT = "checkpoint.prev.msgpack"
 DAMAGED_CHECKPOINT = "checkpoint.damaged.msgpack"
 SUMMARY = "summary.json"
+TARGET = "target.json"
 LOCK = "run.lock"
 POLICIES = {"final": "final_policy.msgpack", "best": "best_policy.msgpack"}
 _FORMAT = "esjax"
@@ -124,6 +126,30 @@ def _unpack(path: str | Path, kind: str) -> tuple[int, dict[str, Any], dict[str,
 # ---------------------------------------------------------------------------- run directory
 def is_run_dir(path: str | Path) -> bool:
     return (Path(path) / CONFIG).is_file()
+
+
+def has_checkpoint(run_dir: str | Path) -> bool:
+    """Whether the run has a checkpoint to resume from (the newest or the one before it)."""
+    return any((Path(run_dir) / name).is_file() for name in (CHECKPOINT, PREV_CHECKPOINT))
+
+
+def write_target(run_dir: str | Path, generations: int) -> None:
+    """Record the generations a resume will run to, before it runs any.
+
+    ``config.json`` is never rewritten, and a checkpoint records the target only when the next
+    one is taken: without this file a kill before then would send a plain resume back to the
+    old target.
+    """
+    write_json(Path(run_dir) / TARGET, {"generations": int(generations)})
+
+
+def read_target(run_dir: str | Path) -> int | None:
+    """The target :func:`write_target` recorded, or None (never extended, or unreadable)."""
+    try:
+        value = json.loads((Path(run_dir) / TARGET).read_text())["generations"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None
 
 
 def check_writable(path: str | Path) -> None:

@@ -11,14 +11,13 @@ configuration resumes from its checkpoint, bit-identically).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import itertools
 import json
-import math
 import re
 import shutil
-import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +27,12 @@ import numpy as np
 
 from esjax import runs
 from esjax.config import ConfigError, RunConfig, parse_override
-from esjax.evolve import Interrupted
+from esjax.evolve import Interrupted, build_engine, check_memory, complete_sizes, resolve_config
+from esjax.lifecycle import Run, RunInUse, RunLock, StopSignals, backend_modules
+from esjax.loop import drive
+from esjax.plotting import Group, plot_grid, plot_groups, plot_runs, solved_return_of, split_seeds
 from esjax.stats import interval_bounds
+from esjax.trackers import RunLogger, check_backends
 
 SWEEP = "sweep.json"
 # Seconds between checkpoints of a running program (every configuration's, together).
@@ -139,19 +142,10 @@ def sweep(
     called with ``(configuration, index, count)`` before each one runs; ``log`` names trackers.
     With ``resume=True`` the sweep in ``out`` continues from its own ``sweep.json``.
     """
-    from esjax.evolve import resolve_config
-    from esjax.plotting import plot_runs
-    from esjax.trackers import check_backends
-
     check_backends(log)
     if resume:
-        if out is None:
-            raise ConfigError("resume needs the sweep directory (out=...)")
-        spec = read_spec(Path(out))
-        given = {"task": task, "vary": list(vary), "seeds": seeds, "overrides": list(overrides)}
-        for key, value in given.items():
-            if value not in (None, [], 1) and value != spec[key] and str(value) != spec[key]:
-                raise ConfigError(f"cannot change {key} on resume (sweep has {spec[key]!r})")
+        spec = _resumed_spec(out, task=task, vary=list(vary), seeds=seeds,
+                             overrides=list(overrides))  # fmt: skip
     else:
         spec = {
             "task": str(task) if task is not None else None,
@@ -168,18 +162,7 @@ def sweep(
     if spec["task"] is None:
         raise ConfigError("missing TASK: a preset name (see `esjax list`) or a TOML file")
     grid = configurations(spec["vary"])
-    shared = {k: spec[k] for k in ("strategy", "popsize", "generations", "rollouts")}
-    # Every configuration is valid before anything compiles.
-    resolved = [
-        resolve_config(
-            spec["task"],
-            **shared,
-            seed=spec["seed"],
-            seeds=spec["seeds"],
-            overrides=[*spec["overrides"], *configuration.overrides],
-        )
-        for configuration in grid
-    ]
+    resolved = _resolve_all(spec, grid)  # every configuration is valid before anything compiles
     sweep_dir = Path(out) if out is not None else _default_dir(spec["task"])
     if not resume:
         if sweep_dir.exists() and not sweep_dir.is_dir():
@@ -190,29 +173,65 @@ def sweep(
         if not resume:
             _prepare(sweep_dir, overwrite)
             runs.write_json(sweep_dir / SWEEP, {"spec": spec, "configurations": []})
-        for members, engine in programs(grid, resolved):
-            pending = [
-                i for i in members if not (sweep_dir / grid[i].name / runs.SUMMARY).is_file()
-            ]
-            if not pending:
-                continue  # finished earlier
-            if on_configuration is not None:
-                on_configuration(_label(grid, pending), pending[0], len(grid))
-            run_program(
-                engine,
-                [(sweep_dir / grid[i].name, resolved[i]) for i in pending],
-                sweep_dir=sweep_dir,
-                log=log,
-                on_progress=on_progress,
-            )
-            for i in pending:
-                plot_runs([sweep_dir / grid[i].name], sweep_dir / grid[i].name / "fitness.png")
+        _run_unfinished(sweep_dir, grid, resolved, log, on_progress, on_configuration)
         record = summarize(sweep_dir, grid, spec)
         runs.write_json(sweep_dir / SWEEP, record)
         plot_sweep(sweep_dir, record)
     finally:
         lock.release()
     return record
+
+
+def _resumed_spec(out: str | Path | None, **given: Any) -> dict[str, Any]:
+    """The spec of the sweep in ``out``; an argument given again must agree with it."""
+    if out is None:
+        raise ConfigError("resume needs the sweep directory (out=...)")
+    spec = read_spec(Path(out))
+    for key, value in given.items():
+        if value not in (None, [], 1) and value != spec[key] and str(value) != spec[key]:
+            raise ConfigError(f"cannot change {key} on resume (sweep has {spec[key]!r})")
+    return spec
+
+
+def _resolve_all(spec: dict[str, Any], grid: Sequence[Configuration]) -> list[RunConfig]:
+    """Every configuration's resolved config: the shared arguments plus its own overrides."""
+    shared = {k: spec[k] for k in ("strategy", "popsize", "generations", "rollouts")}
+    return [
+        resolve_config(
+            spec["task"],
+            **shared,
+            seed=spec["seed"],
+            seeds=spec["seeds"],
+            overrides=[*spec["overrides"], *configuration.overrides],
+        )
+        for configuration in grid
+    ]
+
+
+def _run_unfinished(
+    sweep_dir: Path,
+    grid: Sequence[Configuration],
+    resolved: Sequence[RunConfig],
+    log: Sequence[str],
+    on_progress: Callable[[dict[str, Any]], None] | None,
+    on_configuration: Callable[[Configuration, int, int], None] | None,
+) -> None:
+    """Run, program by program, the configurations without a ``summary.json`` (unfinished)."""
+    for members, engine in programs(grid, resolved):
+        pending = [i for i in members if not (sweep_dir / grid[i].name / runs.SUMMARY).is_file()]
+        if not pending:
+            continue  # finished earlier
+        if on_configuration is not None:
+            on_configuration(_label(grid, pending), pending[0], len(grid))
+        run_program(
+            engine,
+            [(sweep_dir / grid[i].name, resolved[i]) for i in pending],
+            sweep_dir=sweep_dir,
+            log=log,
+            on_progress=on_progress,
+        )
+        for i in pending:
+            plot_runs([sweep_dir / grid[i].name], sweep_dir / grid[i].name / "fitness.png")
 
 
 def _label(grid: Sequence[Configuration], members: Sequence[int]) -> Configuration:
@@ -225,8 +244,6 @@ def _label(grid: Sequence[Configuration], members: Sequence[int]) -> Configurati
 
 def _lock(sweep_dir: Path):
     """Hold the sweep directory for this process: a second sweep on it is refused."""
-    from esjax.lifecycle import RunInUse, RunLock
-
     try:
         return RunLock.take(sweep_dir)
     except RunInUse:
@@ -305,8 +322,6 @@ def programs(grid: Sequence[Configuration], resolved: Sequence[RunConfig]) -> li
     distribution but ``choice``). Anything else (hidden sizes, popsize, strategy, a
     distribution's kind, other task fields, generations) gives a program of its own.
     """
-    from esjax.evolve import build_engine
-
     found: list[tuple[str, tuple[str, ...], list[int], Any]] = []
     for index, config in enumerate(resolved):
         for key, traced, members, _ in found:
@@ -318,12 +333,6 @@ def programs(grid: Sequence[Configuration], resolved: Sequence[RunConfig]) -> li
             traced = engine.traced_names
             found.append((structure(config, traced), traced, [index], engine))
     return [(members, engine) for _, _, members, engine in found]
-
-
-def _rows_of(tree: Any, part: slice, axis: int = 0) -> Any:
-    import jax
-
-    return jax.tree.map(lambda x: np.asarray(x)[(slice(None),) * axis + (part,)], tree)
 
 
 def traced_values(config: RunConfig, engine: Any) -> dict[str, float]:
@@ -352,30 +361,12 @@ def run_program(
     stopped at different generations (a kill between two checkpoints) run as separate
     programs, each to the same numbers.
     """
-    import contextlib
-
-    from esjax.evolve import check_memory, complete_sizes
-    from esjax.lifecycle import Run, StopSignals
-    from esjax.trackers import RunLogger
-
-    timing = dict(writer=True, checkpoint_every_s=math.inf)
     first = members[0][1]  # every member has the same seeds: they are stacked together
     check_memory(dataclasses.replace(first, seeds=first.seeds * len(members)))
     with contextlib.ExitStack() as stack:
-        opened = []
-        for run_dir, config in members:
-            if runs.is_run_dir(run_dir):
-                run = Run.reopen(run_dir, generations=None, prepare=complete_sizes, **timing)
-            else:
-                run = Run.create(run_dir, config, overwrite=run_dir.exists(), **timing)
-            stack.enter_context(run)
-            run.begin(engine.with_values(traced_values(run.config, engine)))
-            opened.append(run)
+        opened = [_open(stack, engine, run_dir, config) for run_dir, config in members]
         signals = stack.enter_context(StopSignals())
-        by_generation: dict[int, list[Run]] = {}
-        for run in opened:
-            by_generation.setdefault(run.generation, []).append(run)
-        for together in by_generation.values():
+        for together in _by_progress(opened):
             loggers = [
                 stack.enter_context(
                     RunLogger(
@@ -384,66 +375,38 @@ def run_program(
                 )
                 for run in together
             ]
-            _drive(engine, together, loggers, signals, sweep_dir)
+            drive(
+                engine,
+                together,
+                block=engine.block,
+                signals=signals,
+                checkpoint_every_s=CHECKPOINT_EVERY_S,
+                interrupted=lambda generation, signum: SweepInterrupted(
+                    sweep_dir, generation, signum
+                ),
+                reports=loggers,
+            )
         for run in opened:
             run.finish()
 
 
-def _drive(engine, together, loggers, signals, sweep_dir) -> None:
-    """The host loop of :func:`esjax.evolve.evolve`, for runs stacked in one state."""
-    import time
+def _open(stack: contextlib.ExitStack, engine: Any, run_dir: Path, config: RunConfig) -> Run:
+    """A configuration's run (new, or reopened where it stopped), begun with its own values."""
+    if runs.is_run_dir(run_dir):
+        run = Run.reopen(run_dir, generations=None, prepare=complete_sizes, writer=True)
+    else:
+        run = Run.create(run_dir, config, overwrite=run_dir.exists(), writer=True)
+    stack.enter_context(run)
+    run.begin(engine.with_values(traced_values(run.config, engine)))
+    return run
 
-    import jax
-    import jax.numpy as jnp
 
-    task = together[0].config.task
-    every = task.evaluation.every
-    seeds = len(together[0].seed_ids)
-    parts = [slice(c * seeds, (c + 1) * seeds) for c in range(len(together))]
-    state = jax.tree.map(lambda *xs: jnp.concatenate(xs), *(run.state for run in together))
-    state = engine.place(state)
-    last = time.perf_counter()
-    total = together[0].total
-
-    def stop(signum: int) -> None:
-        for run in together:
-            if run.writer:
-                runs.truncate_metrics(run.run_dir, run.generation)
-            run.checkpoint()
-        generation = min(run.generation for run in together)
-        raise SweepInterrupted(sweep_dir, generation, signum)
-
-    try:
-        while together[0].generation < total:
-            if signals.received is not None:
-                stop(signals.received)
-            g = together[0].generation
-            n = min(engine.block, (g // every + 1) * every - g, total - g)
-            state, metrics = engine.run_block(state, jnp.asarray(n, jnp.int32))
-            metrics = jax.device_get(metrics)
-            evaluation = None
-            if (g + n) % every == 0:
-                evaluation = jax.device_get(engine.evaluate(state))
-            host_state = jax.device_get(state)
-            reports = []
-            for run, part in zip(together, parts, strict=True):
-                rows = run.record(
-                    _rows_of(host_state, part),
-                    _rows_of(metrics, part, axis=1),
-                    n,
-                    None if evaluation is None else _rows_of(evaluation, part),
-                )
-                reports.append((run, rows))
-            if time.perf_counter() - last >= CHECKPOINT_EVERY_S and g + n < total:
-                for run in together:
-                    run.checkpoint()
-                last = time.perf_counter()
-            for (run, rows), logger in zip(reports, loggers, strict=True):
-                for row in rows[-len(run.seed_ids) :]:
-                    seed = int(row.get("seed", run.seed_ids[0]))
-                    logger({**row, "generations": total, "seed": seed, "run_dir": str(run.run_dir)})
-    except KeyboardInterrupt:
-        stop(signal.SIGINT)
+def _by_progress(opened: Sequence[Run]) -> list[list[Run]]:
+    """Runs that can share one state: at the same generation, going to the same target."""
+    groups: dict[tuple[int, int], list[Run]] = {}
+    for run in opened:
+        groups.setdefault((run.generation, run.total), []).append(run)
+    return list(groups.values())
 
 
 # ---------------------------------------------------------------------------- results
@@ -457,8 +420,6 @@ def interval(values: Sequence[float | None]) -> dict[str, float | None]:
 
 def steps_to_threshold(rows: Sequence[dict[str, Any]], threshold: float | None) -> list:
     """Per seed, env steps at the first evaluation reaching ``threshold`` (None: never)."""
-    from esjax.plotting import split_seeds
-
     if threshold is None:
         return []
     out = []
@@ -478,14 +439,13 @@ def summarize(sweep_dir: Path, grid: Sequence[Configuration], spec: dict[str, An
     The verdict is each run's own (``summary.json``, :func:`esjax.saved.verdict`); the test
     returns are read from it too unless the sweep asked for another number of test episodes.
     """
-    from esjax.saved import TEST_EPISODES, read_verdict
-
-    episodes = int(spec.get("test_episodes") or TEST_EPISODES)
+    saved = backend_modules().saved
+    episodes = int(spec.get("test_episodes") or saved.TEST_EPISODES)
     results = []
     for configuration in grid:
         run_dir = sweep_dir / configuration.name
         config = runs.read_run_config(run_dir)
-        judged = read_verdict(_read_summary(run_dir))
+        judged = saved.read_verdict(_read_summary(run_dir))
         entry: dict[str, Any] = {
             "name": configuration.name,
             "overrides": list(configuration.overrides),
@@ -529,21 +489,18 @@ def _read_summary(run_dir: Path) -> dict[str, Any]:
 
 def _verdict_of(run_dir: Path, config: RunConfig, threshold: float) -> Any:
     """The verdict of a run whose summary has none, on the same episodes as summary.json's."""
-    from esjax.saved import verdict
-
-    return verdict(run_dir, config.seeds, threshold)
+    return backend_modules().saved.verdict(run_dir, config.seeds, threshold)
 
 
 def _test_returns(run_dir: Path, config: RunConfig, episodes: int, judged: Any) -> dict[str, list]:
     """Per-seed mean test return of the final and best policy (the verdict's when it fits)."""
-    from esjax.saved import TEST_EPISODES, evaluate_run, make_test_rollout
-
-    if judged is not None and episodes == TEST_EPISODES:
+    saved = backend_modules().saved
+    if judged is not None and episodes == saved.TEST_EPISODES:
         return {"final": list(judged.final_per_seed), "best": list(judged.best_per_seed)}
-    built = make_test_rollout(run_dir)  # shared by configurations of the same task
+    built = saved.make_test_rollout(run_dir)  # shared by configurations of the same task
     return {
         which: [
-            evaluate_run(run_dir, episodes, seed=s, which=which, built=built)["mean"]
+            saved.evaluate_run(run_dir, episodes, seed=s, which=which, built=built)["mean"]
             for s in range(config.seeds)
         ]
         for which in ("final", "best")
@@ -552,8 +509,6 @@ def _test_returns(run_dir: Path, config: RunConfig, episodes: int, judged: Any) 
 
 def plot_sweep(sweep_dir: Path, record: dict[str, Any]) -> Path:
     """Curves per configuration (mean and 95% band); a heatmap too for two numeric axes."""
-    from esjax.plotting import Group, plot_grid, plot_groups, solved_return_of
-
     entries = record["configurations"]
     run_dirs = [sweep_dir / e["run_dir"] for e in entries]
     groups = [

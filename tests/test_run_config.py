@@ -2,7 +2,8 @@
 
 ``config.json`` is the JSON form of :class:`esjax.config.RunConfig`; it round-trips for every
 preset, is never rewritten by building the engine or resuming (a resume that goes further
-keeps its target in the checkpoint), and run directories written by older versions open.
+records its target in ``target.json`` and the checkpoint), and run directories written by
+older versions open.
 """
 
 from __future__ import annotations
@@ -54,6 +55,26 @@ def test_config_json_is_written_once(tmp_path):
     assert runs.load_checkpoint(out).meta["target_generations"] == 4
     summary = evolve(None, out=out, resume=True)
     assert summary.generations == 4
+    assert (out / runs.CONFIG).read_bytes() == written
+
+
+def test_an_extended_target_survives_a_kill_before_the_next_checkpoint(tmp_path):
+    """A resume for more generations records its target before running any: killed between
+    two checkpoints, the next plain resume still goes to the new target."""
+    out = tmp_path / "run"
+    evolve("cartpole", popsize=8, generations=2, rollouts=1, out=out, overrides=TINY)
+    written = (out / runs.CONFIG).read_bytes()
+
+    def killed(row):
+        raise RuntimeError("killed")  # not a stop signal: no checkpoint is taken on the way out
+
+    with pytest.raises(RuntimeError, match="killed"):
+        evolve(None, out=out, resume=True, generations=4, block=1, on_progress=killed,
+               checkpoint_every_s=1e9)  # fmt: skip
+    assert runs.load_checkpoint(out).meta["target_generations"] == 2  # the old checkpoint
+    summary = evolve(None, out=out, resume=True)
+    assert summary.generations == 4
+    assert [row["generation"] for row in runs.load_metrics(out)] == [1, 2, 3, 4]
     assert (out / runs.CONFIG).read_bytes() == written
 
 

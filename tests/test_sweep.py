@@ -14,6 +14,7 @@ from test_cli import SMALL, assert_clean_error, esjax
 
 from esjax import sweeps
 from esjax.config import ConfigError
+from esjax.evolve import evolve
 
 # The module-scoped fixture is built once: every test here runs on one xdist worker.
 pytestmark = pytest.mark.xdist_group("sweep")
@@ -161,6 +162,29 @@ def test_configurations_stopped_at_different_generations_resume_to_their_runs_al
     assert_same_run(first, alone["0.03"])
     assert_same_run(second, alone["0.3"])
     assert [e["run_dir"] for e in record["configurations"]] == [first.name, second.name]
+
+
+def test_a_configuration_extended_and_killed_is_not_taken_as_finished(tmp_path):
+    """Resumed for more generations, a finished configuration is unfinished again: its old
+    summary.json goes before it runs, so a sweep resume after a kill runs it to the end."""
+    out = tmp_path / "sw"
+    one = ["strategy_settings.learning_rate=0.1"]
+    sweeps.sweep("pendulum", one, out=out, **{**TINY, "seeds": 1})
+    (run_dir,) = (p.parent for p in out.glob("*/config.json"))
+    assert (run_dir / "summary.json").is_file()
+
+    def killed(row):
+        raise RuntimeError("killed")  # not a stop signal: no checkpoint is taken on the way out
+
+    with pytest.raises(RuntimeError, match="killed"):
+        evolve(None, out=run_dir, resume=True, generations=5, block=1, on_progress=killed,
+               checkpoint_every_s=1e9)  # fmt: skip
+    assert not (run_dir / "summary.json").exists()
+    seen = []
+    sweeps.sweep(None, out=out, resume=True, on_progress=lambda row: seen.append(row["generation"]))
+    assert seen == [4, 5]
+    assert json.loads((run_dir / "summary.json").read_text())["generations"] == 5
+    assert [row["generation"] for row in rows_without_wall(run_dir)] == [1, 2, 3, 4, 5]
 
 
 def test_numeric_settings_share_a_program_and_shapes_do_not():
