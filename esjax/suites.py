@@ -137,6 +137,6 @@ def make_suite_env(suite_name: str, env_name: str, kwargs: dict[str, Any]) -> tu
     return suite.adapter(env_name, kwargs)
 
 
-def suite_rows() -> list[tuple[str, str, bool, str]]:
-    """``(name, example env, installed?, description)`` for each suite, for ``esjax list``."""
-    return [(s.name, s.example, is_installed(s), s.description) for s in SUITES.values()]
+def suite_rows() -> list[tuple[str, str, str, bool, str]]:
+    """``(name, extra, example env, installed?, description)`` of each suite (``esjax list``)."""
+    return [(s.name, s.extra, s.example, is_installed(s), s.description) for s in SUITES.values()]
