@@ -147,3 +147,14 @@ def test_a_bad_env_in_a_task_file_exits_2_with_one_line(tmp_path):
 def test_a_suite_not_installed_names_its_extra(suite):
     with pytest.raises(ConfigError, match=rf'pip install "esjax\[{suite.extra}\]"$'):
         make_env(suite.example)
+
+
+@pytest.mark.parametrize("suite", [s for s in SUITES.values() if not is_installed(s)],
+                         ids=lambda s: s.name)  # fmt: skip
+def test_a_task_naming_a_suite_not_installed_exits_2(suite, tmp_path):
+    task = tmp_path / "suite.toml"
+    task.write_text(f'env = "{suite.example}"\nepisode_length = 10\n')
+    done = esjax_cli("evolve", str(task), "--generations", "1", "--out", str(tmp_path / "r"))
+    assert done.returncode == 2
+    assert done.stderr.strip().endswith(f'pip install "esjax[{suite.extra}]"'), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
