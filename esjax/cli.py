@@ -535,9 +535,9 @@ def export(
 @app.command(name="list", epilog=_example("esjax list"))
 @handles_errors
 def list_() -> None:
-    """Task presets, tuned strategy presets and every evosax algorithm, with descriptions."""
+    """Task presets, strategies, and the env suites with whether each is installed."""
     lib = _library()
-    tables.show_catalogue(console, lib.describe("task"), lib.catalogue())
+    tables.show_catalogue(console, lib.describe("task"), lib.catalogue(), lib.suite_rows())
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ from esjax.presets import describe
 from esjax.render import render_run
 from esjax.runs import read_run_config
 from esjax.strategies import catalogue
+from esjax.suites import suite_rows
 from esjax.sweeps import SweepInterrupted, read_spec, sweep
 from esjax.trackers import metrics_csv, tracking, write_metrics_csv
 
@@ -39,6 +40,7 @@ __all__ = [
     "read_run_config",
     "read_spec",
     "render_run",
+    "suite_rows",
     "sweep",
     "sweep_rows",
     "tracking",

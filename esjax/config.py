@@ -401,6 +401,9 @@ class TaskConfig:
     normalize_obs: bool = False
     generations: int = 100
     env_params: dict[str, float | bool] = field(default_factory=dict)
+    # Options for the env's maker: gymnax's ``make``, a suite's adapter or a user's factory
+    # (``env = "file.py:factory"``), as keyword arguments.
+    env_kwargs: dict[str, int | float | bool | str] = field(default_factory=dict)
     env_sampler: dict[str, ParamDistribution] = field(default_factory=dict)
     splits: dict[str, dict[str, ParamDistribution]] = field(default_factory=dict)
     # ``rows`` and ``columns``: the default axes of ``esjax eval RUN --grid``.

@@ -1,20 +1,52 @@
-"""Env creation and the env half of an episode step: the one place that knows gymnax's API.
+"""Env creation and the env half of an episode step: the one place that knows env APIs.
 
 Everything else in esjax sees an env through :func:`make_env` (an env object and its default
 params) and :func:`env_step` (one step that reports ``done`` as termination or truncation).
+
+**The environment protocol.** esjax steps any object shaped like a gymnax env; it needs
+
+- ``reset(key, params) -> (obs, state)``;
+- ``step(key, state, action, params) -> (obs, state, reward, terminated, truncated, info)``
+  (gymnax 1.0). A five-value ``step`` (gymnax 0.x: ``(obs, state, reward, done, info)``) is
+  read as termination only. gymnax's own envs are stepped through ``step_env``, without the
+  auto-reset their ``step`` computes and esjax would throw away;
+- ``action_space(params)``: a space with ``n`` (discrete) or ``low``/``high``/``shape``
+  (continuous), and ``observation_space(params)`` with a ``shape``;
+- ``default_params``: the params every call above takes (a frozen dataclass with
+  ``replace``, so a task's ``env_params`` can pin its fields), or a factory that returns
+  ``(env, default_params)``.
+
+Observations may have any shape; the rollout flattens them to one float32 vector. An episode
+ends at the env's own termination, or at its truncation, or after the task's
+``episode_length`` steps, whichever comes first; esjax masks every step after the end, so
+whatever the env returns there (an auto-reset, NaN rewards) never counts. A task without
+``episode_length`` takes the params' ``max_steps_in_episode``.
+
+**Env names.** A task's ``env`` is one of
+
+- a gymnax id (``"CartPole-v1"``);
+- ``"package.module:factory"`` or ``"path/to/file.py:factory"``: a user's env, without
+  installing or registering anything. ``factory(**env_kwargs)`` returns an env object or
+  ``(env, default_params)``; a relative file path is read from the working directory;
+- ``"SUITE:NAME"`` for an adapted suite of :mod:`esjax.suites` (``"navix:Navix-Empty-5x5-v0"``),
+  imported only when named.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import inspect
 import sys
 import types
+from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from esjax.config import ConfigError, suggest
+from esjax.suites import SUITES, make_suite_env
 
 
 class _DeferredModule(types.ModuleType):
@@ -69,17 +101,121 @@ def _defer(name: str) -> None:
         setattr(sys.modules[parent_name], child, stand_in)
 
 
-def make_env(env: str | Any, env_kwargs: dict | None = None) -> tuple[Any, Any]:
-    """An env object and its default params from a gymnax id, or an env object as given."""
-    if isinstance(env, str):
-        gymnax = import_gymnax()
+# What an env object must have for esjax to step it (see the module's docstring).
+ENV_METHODS = ("reset", "step", "action_space", "observation_space")
 
-        if env not in gymnax.registered_envs:
+
+def make_env(env: str | Any, env_kwargs: dict | None = None) -> tuple[Any, Any]:
+    """An env object and its default params from an env name (see above), or an env object.
+
+    ``env_kwargs`` go to gymnax's ``make``, a suite's adapter or a user's factory.
+    """
+    if not isinstance(env, str):
+        return env, env.default_params
+    kwargs = dict(env_kwargs or {})
+    if ":" not in env:
+        return _gymnax_env(env, kwargs)
+    source, _, name = env.rpartition(":")
+    if source in SUITES:
+        made = make_suite_env(source, name, kwargs)
+    else:
+        made = _call_factory(_load_factory(source, name, env), kwargs, env)
+    return check_env(made, env)
+
+
+def _gymnax_env(env_id: str, kwargs: dict) -> tuple[Any, Any]:
+    gymnax = import_gymnax()
+    if env_id not in gymnax.registered_envs:
+        raise ConfigError(
+            f"gymnax does not know env id {env_id!r}{suggest(env_id, gymnax.registered_envs)}; "
+            "a user's env is 'module:factory' or 'file.py:factory'"
+        )
+    return gymnax.make(env_id, **kwargs)
+
+
+def check_env(made: Any, name: str) -> tuple[Any, Any]:
+    """``(env, default_params)`` from what a factory returned, checked against the protocol.
+
+    Only attributes are checked: a wrong signature shows up at the first trace, with the
+    env's own traceback, which says more than a guess here would.
+    """
+    if isinstance(made, tuple) and len(made) == 2:
+        env, params = made
+    else:
+        env, params = made, getattr(made, "default_params", None)
+    kind = type(env).__name__
+    for method in ENV_METHODS:
+        if not callable(getattr(env, method, None)):
             raise ConfigError(
-                f"gymnax does not know env id {env!r}{suggest(env, gymnax.registered_envs)}"
+                f"{name!r} made a {kind} object, not an env esjax can step: it has no "
+                f"{method!r} method (the protocol is in esjax.envs)"
             )
-        return gymnax.make(env, **(env_kwargs or {}))
-    return env, env.default_params
+    if params is None:
+        raise ConfigError(
+            f"{name!r} made a {kind} object without default_params: give it a default_params "
+            "attribute or return (env, default_params) from the factory"
+        )
+    return env, params
+
+
+# User env files already loaded, by absolute path: loading a file twice would make two
+# copies of its classes, and jit caches and isinstance checks would tell them apart.
+_LOADED_FILES: dict[Path, types.ModuleType] = {}
+
+
+def _load_factory(source: str, attribute: str, name: str) -> Any:
+    """The object ``attribute`` names in module or file ``source``."""
+    if source.endswith(".py") or "/" in source or "\\" in source:
+        module = _load_file(Path(source), name)
+    else:
+        try:
+            module = importlib.import_module(source)
+        except ModuleNotFoundError as error:
+            hint = suggest(source, list(SUITES)) or f"; adapted suites: {', '.join(SUITES)}"
+            raise ConfigError(f"{name!r}: no module named {error.name!r}{hint}") from None
+    found: Any = module
+    for part in attribute.split("."):
+        if not hasattr(found, part):
+            public = [n for n in dir(module) if not n.startswith("_")]
+            raise ConfigError(
+                f"{name!r}: {source} has no attribute {attribute!r}{suggest(part, public)}"
+            )
+        found = getattr(found, part)
+    if not callable(found):
+        raise ConfigError(f"{name!r}: {attribute} is a {type(found).__name__}, not a factory")
+    return found
+
+
+def _load_file(path: Path, name: str) -> types.ModuleType:
+    """A Python file as a module, loaded once per process."""
+    if not path.is_file():
+        raise ConfigError(f"{name!r}: no such file {str(path)!r}")
+    resolved = path.resolve()
+    if resolved not in _LOADED_FILES:
+        # A name of its own in sys.modules: dataclasses and pickling look classes up there.
+        digest = hashlib.sha1(str(resolved).encode()).hexdigest()[:8]
+        module_name = f"esjax_user_env_{resolved.stem}_{digest}"
+        spec = importlib.util.spec_from_file_location(module_name, resolved)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(module_name, None)
+            raise
+        _LOADED_FILES[resolved] = module
+    return _LOADED_FILES[resolved]
+
+
+def _call_factory(factory: Any, kwargs: dict, name: str) -> Any:
+    """``factory(**kwargs)``; arguments it does not take are a config error, named as such."""
+    try:
+        inspect.signature(factory).bind(**kwargs)
+    except TypeError as error:
+        raise ConfigError(f"{name!r}: cannot call it with env_kwargs {kwargs}: {error}") from None
+    except ValueError:  # no signature to read (some builtins): let the call say what fails
+        pass
+    return factory(**kwargs)
 
 
 def steps_through_step_env(env: Any) -> bool:
@@ -106,7 +242,8 @@ def env_step(
 ) -> tuple[jax.Array, Any, jax.Array, jax.Array]:
     """``(obs, state, reward, done)`` of one step; ``done`` is termination or truncation.
 
-    gymnax 1.0's ``step`` returns six values and auto-resets. For gymnax's own envs the step
+    gymnax 1.0's ``step`` returns six values and auto-resets; a five-value ``step`` is read as
+    in the module's protocol. For gymnax's own envs the step
     goes to ``step_env`` with the key gymnax's ``step`` would hand it, so a stochastic env sees
     the same noise as in a plain loop over ``env.step``, without the reset it would discard.
     """
@@ -115,5 +252,10 @@ def env_step(
         obs, state, reward, terminated, _ = env.step_env(key_step, state, action, params)
         truncated = env.is_truncated(state, params)
     else:
-        obs, state, reward, terminated, truncated, _ = env.step(key, state, action, params)
+        outputs = env.step(key, state, action, params)
+        if len(outputs) == 5:  # gymnax 0.x: one ``done``, read as termination
+            obs, state, reward, terminated, _ = outputs
+            truncated = False
+        else:
+            obs, state, reward, terminated, truncated, _ = outputs
     return obs, state, reward, jnp.logical_or(terminated, truncated)

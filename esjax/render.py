@@ -460,7 +460,7 @@ def render_run(
         raise ConfigError(
             f"render: no renderer for env {task.env!r}; esjax draws {', '.join(sorted(SCENES))}"
         )
-    env, default_params = make_env(task.env)
+    env, default_params = make_env(task.env, task.env_kwargs)
     params = fixed_env_params(task, default_params)
     # The rollout's own layout: the episode key's first part draws the variant.
     key = jax.random.key(seed)

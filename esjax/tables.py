@@ -158,8 +158,10 @@ def show_catalogue(
     console: Console,
     tasks: Iterable[tuple[str, str]],
     strategies: Iterable[tuple[str, str, str]],
+    suites: Iterable[tuple[str, str, str, bool, str]] = (),
 ) -> None:
-    """``esjax list``: task presets ``(name, description)`` and strategies ``(name, kind, ...)``."""
+    """``esjax list``: task presets ``(name, description)``, strategies ``(name, kind, ...)``
+    and env suites ``(name, extra, example, installed?, description)``."""
     table = Table(title="Tasks", title_justify="left", show_edge=False)
     table.add_column("name", style="cyan", no_wrap=True)
     table.add_column("description")
@@ -180,3 +182,24 @@ def show_catalogue(
         "Names are case-insensitive; a tuned preset wins over the evosax algorithm it tunes."
     )
     console.print(r"Run one: [cyan]esjax evolve TASK \[--strategy NAME][/cyan]")
+    console.print()
+    _show_suites(console, suites)
+
+
+def _show_suites(console: Console, suites: Iterable[tuple[str, str, str, bool, str]]) -> None:
+    """Env suites a task names as ``SUITE:NAME``; one not installed shows the extra to install."""
+    table = Table(title="Env suites", title_justify="left", show_edge=False)
+    table.add_column("suite", style="cyan", no_wrap=True)
+    table.add_column("installed", no_wrap=True)
+    table.add_column("example env", no_wrap=True)
+    table.add_column("description")
+    for name, extra, example, installed, text in suites:
+        status = (
+            Text("yes", style="bold green") if installed else Text(f'pip install "esjax[{extra}]"')
+        )
+        table.add_row(name, status, example, text)
+    console.print(table)
+    console.print(
+        "A task's env is a gymnax id, SUITE:NAME, or a user's own env as "
+        "package.module:factory or path/to/file.py:factory (see esjax.envs)."
+    )

@@ -192,7 +192,7 @@ def check_task(config: TaskConfig, source: str = "task") -> None:
     error that says the env's actions are discrete.
     """
     try:
-        env, default_params = make_env(config.env)
+        env, default_params = make_env(config.env, config.env_kwargs)
     except ConfigError as error:
         raise ConfigError(f"{source}: env: {error}") from None
     discrete = is_discrete(env.action_space(default_params))
@@ -234,7 +234,7 @@ def make_rollout(
     ``deterministic`` defaults to the preset's ``policy.actions``: one rollout serves training
     and testing, so a policy is judged as it was trained.
     """
-    env, default_params = make_env(config.env)
+    env, default_params = make_env(config.env, config.env_kwargs)
     env_params = _check_params(config, default_params, source)
     return PopulationRollout(
         env,

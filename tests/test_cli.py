@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from esjax import presets
+from esjax.suites import suite_rows
 
 # The module-scoped fixture is built once: every test here runs on one xdist worker.
 pytestmark = pytest.mark.xdist_group("cli")
@@ -263,6 +264,9 @@ def test_list_shows_tasks_and_strategies(tmp_path):
         for name, description in presets.describe(kind):
             assert name in result.stdout
             assert description[:30] in result.stdout
+    for _, extra, example, installed, _ in suite_rows():  # each suite, installed or what to install
+        assert example in result.stdout
+        assert ("yes" if installed else f'pip install "esjax[{extra}]"') in result.stdout
 
 
 HELP = {

@@ -1,0 +1,160 @@
+"""Env names beyond gymnax: a user's factory (module or file), suites, and the env options.
+
+The user env is examples/custom_env.py, the file a user would write; the rollout must play it
+exactly as a plain Python loop over the class's own ``step`` does on the same keys.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from esjax.config import ConfigError, RunConfig, parse_task, to_dict
+from esjax.envs import make_env
+from esjax.episode import episode_keys, split_step_key, step_keys
+from esjax.evolve import resolve_config
+from esjax.policies import MLP
+from esjax.rollout import PopulationRollout
+from esjax.suites import SUITES, is_installed
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = f"{REPO}/examples/custom_env.py:make_env"
+TASK = REPO / "examples" / "custom_env.toml"
+
+
+def esjax_cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "esjax", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+
+
+def test_a_user_env_plays_as_a_plain_loop_over_its_own_step():
+    rollout = PopulationRollout(EXAMPLE, MLP(hidden=(8,)), 100, env_kwargs={"friction": 0.2})
+    params = rollout.init_params(jax.random.key(1))
+    key = jax.random.key(7)
+    result = rollout.single(key, params, trajectory=True)
+
+    env, env_params = make_env(EXAMPLE, {"friction": 0.2})
+    assert env_params.friction == 0.2
+    _, k_reset, k_steps = episode_keys(key)
+    obs, state = env.reset(k_reset, env_params)
+    total, length = 0.0, 0
+    for t, step_key in enumerate(step_keys(k_steps, 100)):
+        np.testing.assert_allclose(result.trajectory.obs[t], obs, atol=1e-5)
+        _, k_env = split_step_key(step_key)
+        action = result.trajectory.action[t]
+        obs, state, reward, terminated, truncated, _ = env.step(k_env, state, action, env_params)
+        np.testing.assert_allclose(result.trajectory.reward[t], reward, atol=1e-5)
+        total, length = total + float(reward), length + 1
+        if terminated or truncated:
+            break
+    assert int(result.lengths) == length
+    np.testing.assert_allclose(float(result.returns), total, rtol=1e-5)
+
+
+def test_a_file_is_loaded_once_so_its_classes_stay_the_same():
+    first, _ = make_env(EXAMPLE)
+    second, _ = make_env(EXAMPLE, {"friction": 0.5})
+    assert type(first) is type(second)
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("nosuch_pkg.envs:make", "no module named 'nosuch_pkg'"),
+        ("json:no_factory", "json has no attribute 'no_factory'"),
+        ("json:__doc__", "__doc__ is a str, not a factory"),
+        ("missing/file.py:make", "no such file 'missing/file.py'"),
+        ("collections:OrderedDict", "it has no 'reset' method"),
+        ("navx:Navix-Empty-5x5-v0", "did you mean 'navix'?"),
+        ("CartPol-v1", "did you mean 'CartPole-v1'?"),
+    ],
+)
+def test_a_bad_env_name_is_one_line(name, message):
+    with pytest.raises(ConfigError, match=r"^[^\n]*$") as error:
+        make_env(name)
+    assert message in str(error.value)
+
+
+def test_an_object_missing_a_method_names_it(tmp_path):
+    path = tmp_path / "half_env.py"
+    path.write_text(
+        "class Half:\n"
+        "    default_params = None\n"
+        "    def reset(self, key, params): ...\n"
+        "    def action_space(self, params): ...\n"
+        "    def observation_space(self, params): ...\n"
+        "def make():\n    return Half(), {}\n"
+    )
+    with pytest.raises(ConfigError, match="made a Half object, not an env esjax can step: it has "
+                       "no 'step' method"):  # fmt: skip
+        make_env(f"{path}:make")
+    with pytest.raises(ConfigError, match="cannot call it with env_kwargs"):
+        make_env(f"{path}:make", {"size": 3})
+
+
+def test_env_kwargs_are_a_validated_table_that_round_trips():
+    task = parse_task({"env": "a.py:make", "env_kwargs": {"n": 3, "x": 0.5, "on": True,
+                                                           "kind": "hard"}}, "t.toml")  # fmt: skip
+    assert task.env_kwargs == {"n": 3, "x": 0.5, "on": True, "kind": "hard"}
+    assert isinstance(task.env_kwargs["n"], int)
+    assert parse_task(to_dict(task), "again") == task
+    assert parse_task({"env": "CartPole-v1"}, "old.toml").env_kwargs == {}
+    with pytest.raises(ConfigError, match=r"t.toml: env_kwargs.n: expected"):
+        parse_task({"env": "a.py:make", "env_kwargs": {"n": [1, 2]}}, "t.toml")
+
+
+def test_the_example_task_resolves_and_round_trips():
+    config = resolve_config(TASK)
+    assert config.task.env_kwargs == {"friction": 0.2, "max_steps": 100}
+    data = json.loads(json.dumps(config.to_json()))
+    assert RunConfig.from_json(data, "config.json") == config
+
+
+def test_the_example_trains_from_the_cli_beyond_the_zero_policy(tmp_path):
+    done = esjax_cli("evolve", "examples/custom_env.toml", "--generations", "10",
+                     "--out", str(tmp_path / "run"))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    trained = rows[-1]["eval_return"]
+
+    rollout = PopulationRollout(EXAMPLE, MLP(hidden=(16,)), 100, env_kwargs={"friction": 0.2})
+    zero = jax.tree.map(jnp.zeros_like, rollout.init_params(jax.random.key(0)))
+    zero_return = float(rollout.batch(jax.random.key(3), zero, 256).returns.mean())
+    assert zero_return < -50.0  # the mass never moves: every step costs the full distance
+    assert trained > zero_return + 25.0, (trained, zero_return)
+
+
+def test_a_bad_env_in_a_task_file_exits_2_with_one_line(tmp_path):
+    task = tmp_path / "bad.toml"
+    task.write_text('env = "json:no_factory"\nepisode_length = 10\n')
+    done = esjax_cli("evolve", str(task), "--generations", "1", "--out", str(tmp_path / "r"))
+    assert done.returncode == 2
+    assert "json has no attribute 'no_factory'" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+@pytest.mark.parametrize("suite", [s for s in SUITES.values() if not is_installed(s)],
+                         ids=lambda s: s.name)  # fmt: skip
+def test_a_suite_not_installed_names_its_extra(suite):
+    with pytest.raises(ConfigError, match=rf'pip install "esjax\[{suite.extra}\]"$'):
+        make_env(suite.example)
+
+
+@pytest.mark.parametrize("suite", [s for s in SUITES.values() if not is_installed(s)],
+                         ids=lambda s: s.name)  # fmt: skip
+def test_a_task_naming_a_suite_not_installed_exits_2(suite, tmp_path):
+    task = tmp_path / "suite.toml"
+    task.write_text(f'env = "{suite.example}"\nepisode_length = 10\n')
+    done = esjax_cli("evolve", str(task), "--generations", "1", "--out", str(tmp_path / "r"))
+    assert done.returncode == 2
+    assert done.stderr.strip().endswith(f'pip install "esjax[{suite.extra}]"'), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

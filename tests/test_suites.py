@@ -1,0 +1,74 @@
+"""Adapted suites play as the suite's own env does, stepped in a plain Python loop on the same keys.
+
+Each suite is an optional extra; its tests are skipped, saying which extra, where it is not
+installed (tests/test_envs.py checks the one-line error a task naming it gets then).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from esjax.episode import episode_keys, split_step_key, step_keys
+from esjax.policies import MLP
+from esjax.rollout import PopulationRollout
+
+REPO = Path(__file__).resolve().parents[1]
+NAVIX_ENV = "Navix-Empty-5x5-v0"
+
+
+@pytest.fixture(scope="module")
+def navix():
+    return pytest.importorskip(
+        "navix", reason='navix is not installed (pip install "esjax[navix]")'
+    )
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_navix_adapter_matches_navix_stepped_in_a_python_loop(navix, seed):
+    """navix's own truncation (max_steps 20) ends episodes before esjax's 30 steps."""
+    rollout = PopulationRollout(f"navix:{NAVIX_ENV}", MLP(hidden=(8,)), 30,
+                                env_kwargs={"max_steps": 20}, deterministic=False)  # fmt: skip
+    params = rollout.init_params(jax.random.key(seed))
+    key = jax.random.key(100 + seed)
+    result = rollout.single(key, params, trajectory=True)
+
+    env = navix.make(NAVIX_ENV, max_steps=20)
+    _, k_reset, k_steps = episode_keys(key)
+    timestep = env.reset(k_reset)
+    total, length = 0.0, 0
+    for t, step_key in enumerate(step_keys(k_steps, 30)):
+        obs = np.asarray(timestep.observation, np.float32).reshape(-1)
+        np.testing.assert_array_equal(result.trajectory.obs[t], obs)
+        split_step_key(step_key)  # navix draws from the key in its state, not the step's
+        timestep = env.step(timestep, result.trajectory.action[t])
+        np.testing.assert_allclose(result.trajectory.reward[t], timestep.reward)
+        total, length = total + float(timestep.reward), length + 1
+        if bool(timestep.is_done()):
+            break
+    assert length <= 20
+    assert int(result.lengths) == length
+    np.testing.assert_allclose(float(result.returns), total, rtol=1e-6)
+
+
+def test_navix_trains_from_the_cli(navix, tmp_path):
+    task = tmp_path / "navix.toml"
+    task.write_text(f'env = "navix:{NAVIX_ENV}"\nepisode_length = 50\n\n'
+                    "[evaluation]\nevery = 1\nepisodes = 8\n")  # fmt: skip
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
+    done = subprocess.run(
+        [sys.executable, "-m", "esjax", "evolve", str(task), "--generations", "2",
+         "--popsize", "16", "--out", str(tmp_path / "run")],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert rows[-1]["generation"] == 2
+    assert np.isfinite(rows[-1]["eval_return"])
