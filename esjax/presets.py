@@ -5,6 +5,7 @@ This module finds and lists files; what their fields mean is :mod:`esjax.config`
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -67,9 +68,26 @@ def load_task(
     if isinstance(task, TaskConfig):
         raw, source = to_dict(task), "task"
         name = Path(task.env).stem.lower() or "task"
-    else:
-        name, raw, source = locate("task", str(task))
-    return name, parse_task(apply_overrides(raw, overrides), source), raw, source
+        return name, parse_task(apply_overrides(raw, overrides), source), raw, source
+    name, raw, source = locate("task", str(task))
+    parsed = parse_task(apply_overrides(raw, overrides), source)
+    return name, anchor_env_file(parsed, Path(source).parent), raw, source
+
+
+def anchor_env_file(task: TaskConfig, folder: Path) -> TaskConfig:
+    """A task whose env is ``file.py:factory``, with the file's path made absolute.
+
+    A relative path is read beside the task file when the file is there, else from the working
+    directory; made absolute once, here, the run's ``config.json`` names the same file when
+    the run is resumed, evaluated or rendered from any other directory.
+    """
+    file, sep, factory = task.env.rpartition(":")
+    if not sep or not file.endswith(".py") or Path(file).is_absolute():
+        return task
+    for candidate in (folder / file, Path(file)):
+        if candidate.is_file():
+            return dataclasses.replace(task, env=f"{candidate.resolve()}:{factory}")
+    return task  # esjax.envs names the missing file when the env is made
 
 
 def describe(kind: str) -> list[tuple[str, str]]:

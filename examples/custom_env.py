@@ -2,8 +2,8 @@
 
     esjax evolve examples/custom_env.toml --generations 20
 
-The task file names this file's factory (``env = "examples/custom_env.py:make_env"``, read
-from the working directory) and passes it options from its ``[env_kwargs]`` table. esjax
+The task file names this file's factory (``env = "custom_env.py:make_env"``, read beside
+the task file) and passes it options from its ``[env_kwargs]`` table. esjax
 needs only the gymnax-style protocol documented in ``esjax.envs``: ``reset``, a six-value
 ``step``, ``action_space``, ``observation_space`` and ``default_params``.
 

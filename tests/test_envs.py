@@ -22,6 +22,7 @@ from esjax.envs import make_env
 from esjax.episode import episode_keys, split_step_key, step_keys
 from esjax.evolve import resolve_config
 from esjax.policies import MLP
+from esjax.presets import load_task
 from esjax.rollout import PopulationRollout
 from esjax.suites import SUITES, is_installed
 
@@ -158,3 +159,14 @@ def test_a_task_naming_a_suite_not_installed_exits_2(suite, tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().endswith(f'pip install "esjax[{suite.extra}]"'), done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_task_files_env_file_is_read_beside_it_from_any_directory(tmp_path, monkeypatch):
+    """``custom_env.py:make_env`` in examples/custom_env.toml names the file beside the task;
+    made absolute, the run's config names it wherever the run is resumed or rendered."""
+    monkeypatch.chdir(tmp_path)
+    _, task, _, _ = load_task(TASK)
+    assert task.env == f"{(REPO / 'examples' / 'custom_env.py').resolve()}:make_env"
+    elsewhere = tmp_path / "elsewhere.toml"
+    elsewhere.write_text('env = "missing.py:make_env"\nepisode_length = 10\n')
+    assert load_task(elsewhere)[1].env == "missing.py:make_env"  # left for make_env to name
