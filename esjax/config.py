@@ -454,6 +454,13 @@ def parse_task(raw: Mapping[str, Any], source: str) -> TaskConfig:
     return parse_into(TaskConfig, raw, f"{source}:")
 
 
+def task_with_overrides(
+    raw: Mapping[str, Any], overrides: Sequence[str], source: str
+) -> TaskConfig:
+    """A task preset's table with ``--set`` overrides applied, validated as one."""
+    return parse_task(apply_overrides(raw, overrides), source)
+
+
 def check_finite(value: Any, where: str) -> None:
     """Refuse NaN or infinity anywhere in a (nested) table or list.
 

@@ -13,10 +13,9 @@ from typing import Any
 from esjax.config import (
     ConfigError,
     TaskConfig,
-    apply_overrides,
     load_toml,
-    parse_task,
     suggest,
+    task_with_overrides,
     to_dict,
 )
 
@@ -68,9 +67,9 @@ def load_task(
     if isinstance(task, TaskConfig):
         raw, source = to_dict(task), "task"
         name = Path(task.env).stem.lower() or "task"
-        return name, parse_task(apply_overrides(raw, overrides), source), raw, source
+        return name, task_with_overrides(raw, overrides, source), raw, source
     name, raw, source = locate("task", str(task))
-    parsed = parse_task(apply_overrides(raw, overrides), source)
+    parsed = task_with_overrides(raw, overrides, source)
     return name, anchor_env_file(parsed, Path(source).parent), raw, source
 
 
