@@ -366,9 +366,10 @@ def _bind_episode(
     the ``param_inputs`` values, checked here against the env's parameters. A built
     :class:`Policy` is taken as it is.
     """
-    obs, _ = env.reset(jax.random.key(0), env_params)
-    obs_shape = tuple(jnp.shape(obs))
-    obs_size = int(jnp.size(obs))
+    # Traced, not run: an eager reset dispatches op by op, seconds for a MuJoCo model.
+    obs = jax.eval_shape(lambda key: env.reset(key, env_params)[0], jax.random.key(0))
+    obs_shape = tuple(obs.shape)
+    obs_size = math.prod(obs_shape)
     valid_params = [n for n in vars(env_params) if not n.startswith("_")]
     for name in param_inputs:
         if name not in valid_params:

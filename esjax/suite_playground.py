@@ -1,0 +1,111 @@
+"""MuJoCo Playground's envs (``playground:CartpoleBalance``) with esjax's env protocol.
+
+Playground steps a ``State`` (``env.step(state, action)``) that carries the simulator's data,
+the observation, the reward and a float ``done``. The adapter reads them as they are and
+adds nothing on top: none of Playground's training wrappers (episode limit, auto-reset,
+vmapping) is used, because esjax truncates an episode at the task's ``episode_length`` and
+masks every step after the end itself.
+
+**Options.** A task's ``[env_kwargs]`` overrides the env's own config (Playground's
+``config_overrides``): ``impl``, ``ctrl_dt``, ``episode_length``, ... by name, a nested value
+by a dotted name or a nested table (``vision_config.nworld``). An unknown name is one line
+listing the valid ones. ``impl`` defaults to ``"jax"`` here, not Playground's ``"warp"``: on a
+CPU the JAX implementation is the faster one, and it needs no warp kernels compiled.
+
+**Episodes.** DM Control tasks never end early; ``done`` turns on only when the simulation
+goes NaN, which esjax reads as termination. The config's ``episode_length`` (1,000 for DM
+Control) is the default length of an esjax episode, as it is Playground's own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from esjax.config import ConfigError, suggest
+from esjax.spaces import BoxSpace, SuiteParams, flat_observation
+
+# Playground's own default is "warp", slower than the JAX implementation on a CPU.
+DEFAULT_IMPL = "jax"
+
+
+class PlaygroundEnv:
+    """A Playground ``MjxEnv`` with esjax's protocol.
+
+    The state esjax carries is Playground's ``State``. Playground draws any randomness after
+    a reset from a key it keeps in that state, so the step key is not used. Actions are
+    Playground's: ``action_size`` floats in [-1, 1].
+    """
+
+    def __init__(self, env: Any, episode_length: int):
+        self.env = env
+        self.default_params = SuiteParams(max_steps_in_episode=int(episode_length))
+        # Traced, not run: an eager reset of a MuJoCo model takes seconds of dispatch.
+        obs = jax.eval_shape(lambda key: self.reset(key, self.default_params)[0],
+                             jax.random.key(0))  # fmt: skip
+        self._obs_shape = tuple(obs.shape)
+
+    def reset(self, key: jax.Array, params: Any) -> tuple[jax.Array, Any]:
+        state = self.env.reset(key)
+        return flat_observation(state.obs), state
+
+    def step(self, key: jax.Array, state: Any, action: jax.Array, params: Any) -> tuple:
+        state = self.env.step(state, action)
+        return (flat_observation(state.obs), state, jnp.asarray(state.reward, jnp.float32),
+                state.done > 0, jnp.asarray(False), {})  # fmt: skip
+
+    def action_space(self, params: Any) -> BoxSpace:
+        return BoxSpace(-1.0, 1.0, (int(self.env.action_size),))
+
+    def observation_space(self, params: Any) -> BoxSpace:
+        return BoxSpace(-jnp.inf, jnp.inf, self._obs_shape)
+
+
+def make_playground(name: str, kwargs: dict[str, Any]) -> tuple[Any, Any]:
+    """``playground:NAME``: ``registry.load(NAME, config_overrides=env_kwargs)``, adapted."""
+    from mujoco_playground import registry  # the optional suite, imported only when named
+
+    if name not in registry.ALL_ENVS:
+        raise ConfigError(
+            f"playground has no env {name!r}{suggest(name, list(registry.ALL_ENVS))}; "
+            f"its envs: {', '.join(registry.ALL_ENVS)}"
+        )
+    config = registry.get_default_config(name)
+    overrides = config_overrides(name, flat_config(config), kwargs)
+    try:
+        env = registry.load(name, config_overrides=overrides)
+    except (TypeError, ValueError) as error:  # a value of the wrong type, an unknown impl
+        raise ConfigError(f"playground:{name}: env_kwargs {kwargs}: {error}") from None
+    adapted = PlaygroundEnv(env, episode_length=overrides.get("episode_length",
+                                                              config.episode_length))  # fmt: skip
+    return adapted, adapted.default_params
+
+
+def config_overrides(name: str, defaults: dict[str, Any], kwargs: dict[str, Any]) -> dict:
+    """``env_kwargs`` as Playground's flat, dotted ``config_overrides``, each name checked."""
+    overrides = {"impl": DEFAULT_IMPL} if "impl" in defaults else {}
+    for key, value in _flatten(kwargs).items():
+        if key not in defaults:
+            raise ConfigError(
+                f"playground:{name}: unknown env_kwargs key {key!r}{suggest(key, list(defaults))}; "
+                f"valid: {', '.join(defaults)}"
+            )
+        overrides[key] = value
+    return overrides
+
+
+def flat_config(config: Any) -> dict[str, Any]:
+    """A Playground ``ConfigDict`` as ``{dotted name: value}``."""
+    return _flatten(config.to_dict())
+
+
+def _flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

@@ -1,0 +1,107 @@
+"""MuJoCo Playground through esjax plays as Playground's own env does, stepped in a Python loop.
+
+Skipped where Playground is not installed (``pip install "esjax[playground]"``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from esjax.config import ConfigError
+from esjax.envs import make_env
+from esjax.episode import episode_keys
+from esjax.policies import MLP
+from esjax.rollout import PopulationRollout
+
+REPO = Path(__file__).resolve().parents[1]
+ENV = "CartpoleBalance"
+STEPS = 50
+
+
+@pytest.fixture(scope="module")
+def registry():
+    playground = pytest.importorskip(
+        "mujoco_playground", reason='playground is not installed (pip install "esjax[playground]")'
+    )
+    return playground.registry
+
+
+def test_the_adapter_matches_playground_stepped_in_a_python_loop(registry):
+    """Observations, rewards and ``done`` agree step by step for one episode's actions."""
+    rollout = PopulationRollout(f"playground:{ENV}", MLP(hidden=(8,)), STEPS)
+    params = rollout.init_params(jax.random.key(0))
+    key = jax.random.key(7)
+    result = rollout.single(key, params, trajectory=True)
+
+    env = registry.load(ENV, config_overrides={"impl": "jax"})
+    reset, step = jax.jit(env.reset), jax.jit(env.step)
+    state = reset(episode_keys(key)[1])
+    for t in range(STEPS):
+        np.testing.assert_allclose(result.trajectory.obs[t], state.obs, rtol=1e-5, atol=1e-6)
+        state = step(state, result.trajectory.action[t])
+        np.testing.assert_allclose(result.trajectory.reward[t], state.reward, rtol=1e-5)
+        assert bool(result.trajectory.done[t]) == bool(state.done)
+    assert int(result.lengths) == STEPS  # DM Control never ends early
+    np.testing.assert_allclose(float(result.returns), result.trajectory.reward.sum(), rtol=1e-6)
+
+
+def test_the_adapter_selects_the_jax_implementation_and_builds_fast(registry):
+    """Playground's default is warp; esjax's shape probe is traced, never an eager reset."""
+    started = time.perf_counter()
+    env, params = make_env(f"playground:{ENV}")
+    PopulationRollout(env, MLP(hidden=(8,)), 10)
+    assert time.perf_counter() - started < 10.0  # an eager reset alone takes 15 s or more
+    assert env.env._config.impl == "jax"
+    assert params.max_steps_in_episode == 1000
+    assert env.observation_space(params).shape == (5,)
+    assert env.action_space(params).shape == (1,)
+
+
+def test_env_kwargs_override_the_config_by_flat_or_nested_names(registry):
+    env, params = make_env(f"playground:{ENV}",
+                           {"episode_length": 200, "vision_config": {"nworld": 8}})  # fmt: skip
+    assert params.max_steps_in_episode == 200
+    assert env.env._config.vision_config.nworld == 8
+    env, _ = make_env(f"playground:{ENV}", {"vision_config.nworld": 4, "impl": "jax"})
+    assert env.env._config.vision_config.nworld == 4
+
+
+@pytest.mark.parametrize(
+    ("env_name", "kwargs", "message"),
+    [
+        ("CartpoleBalanse", {}, "did you mean 'CartpoleBalance'"),
+        (ENV, {"impll": "jax"}, "unknown env_kwargs key 'impll' (did you mean 'impl'?)"),
+        (ENV, {"ctrl_dt": "fast"}, "ctrl_dt"),
+    ],
+)
+def test_a_bad_name_or_option_is_one_line(registry, env_name, kwargs, message):
+    with pytest.raises(ConfigError, match=re.escape(message)) as err:
+        make_env(f"playground:{env_name}", kwargs)
+    assert "\n" not in str(err.value)
+
+
+def test_playground_trains_from_the_cli(registry, tmp_path):
+    task = tmp_path / "cartpole.toml"
+    task.write_text(f'env = "playground:{ENV}"\nepisode_length = 30\n\n'
+                    '[env_kwargs]\nimpl = "jax"\n\n'
+                    "[evaluation]\nevery = 1\nepisodes = 4\n")  # fmt: skip
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
+    done = subprocess.run(
+        [sys.executable, "-m", "esjax", "evolve", str(task), "--generations", "2",
+         "--popsize", "16", "--out", str(tmp_path / "run")],
+        env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert rows[-1]["generation"] == 2
+    assert np.isfinite(rows[-1]["eval_return"])
