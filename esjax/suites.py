@@ -17,41 +17,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from flax import struct
 
 from esjax.config import ConfigError
-
-
-@struct.dataclass
-class SuiteParams:
-    """Params of an adapted env whose suite has none: its own episode limit, for defaults."""
-
-    max_steps_in_episode: int = struct.field(pytree_node=False, default=100)
-
-
-@dataclass(frozen=True)
-class DiscreteSpace:
-    """``n`` actions, duck-typed like gymnax's ``Discrete``."""
-
-    n: int
-    shape: tuple[int, ...] = ()
-    dtype: Any = jnp.int32
-
-
-@dataclass(frozen=True)
-class BoxSpace:
-    """A float32 vector, duck-typed like gymnax's ``Box``."""
-
-    low: float
-    high: float
-    shape: tuple[int, ...]
-    dtype: Any = jnp.float32
-
-
-def flat_observation(obs: Any) -> jax.Array:
-    """Every leaf of an observation pytree, raveled and joined into one float32 vector."""
-    leaves = jax.tree.leaves(obs)
-    return jnp.concatenate([jnp.ravel(jnp.asarray(leaf, jnp.float32)) for leaf in leaves])
+from esjax.suite_base import BoxSpace, DiscreteSpace, SuiteParams, flat_observation
+from esjax.suite_xminigrid import make_xminigrid
 
 
 # ---------------------------------------------------------------------------- navix
@@ -117,6 +86,9 @@ SUITES: dict[str, Suite] = {
     for suite in [
         Suite("navix", "navix", "navix", "navix:Navix-Empty-5x5-v0",
               "MiniGrid worlds in JAX (discrete actions)", make_navix),
+        Suite("xminigrid", "xminigrid", "xminigrid", "xminigrid:MiniGrid-Empty-8x8",
+              "XLand-MiniGrid: MiniGrid and XLand worlds in JAX (discrete actions)",
+              make_xminigrid),
     ]
 }  # fmt: skip
 
