@@ -20,6 +20,7 @@ import jax.numpy as jnp
 
 from esjax.config import ConfigError
 from esjax.suite_base import BoxSpace, DiscreteSpace, SuiteParams, flat_observation
+from esjax.suite_jumanji import make_jumanji
 from esjax.suite_xminigrid import make_xminigrid
 
 
@@ -89,6 +90,9 @@ SUITES: dict[str, Suite] = {
         Suite("xminigrid", "xminigrid", "xminigrid", "xminigrid:MiniGrid-Empty-8x8",
               "XLand-MiniGrid: MiniGrid and XLand worlds in JAX (discrete actions)",
               make_xminigrid),
+        Suite("jumanji", "jumanji", "jumanji", "jumanji:Snake-v1",
+              "InstaDeep's Jumanji: puzzles, routing and packing in JAX (discrete actions)",
+              make_jumanji),
     ]
 }  # fmt: skip
 
