@@ -20,6 +20,7 @@ import jax.numpy as jnp
 
 from esjax.config import ConfigError
 from esjax.suite_base import BoxSpace, DiscreteSpace, SuiteParams, flat_observation
+from esjax.suite_craftax import make_craftax
 from esjax.suite_jumanji import make_jumanji
 from esjax.suite_xminigrid import make_xminigrid
 
@@ -93,6 +94,9 @@ SUITES: dict[str, Suite] = {
         Suite("jumanji", "jumanji", "jumanji", "jumanji:Snake-v1",
               "InstaDeep's Jumanji: puzzles, routing and packing in JAX (discrete actions)",
               make_jumanji),
+        Suite("craftax", "craftax", "craftax", "craftax:Craftax-Classic-Symbolic-v1",
+              "Craftax: an open-ended Minecraft-like survival game in JAX (discrete actions)",
+              make_craftax),
     ]
 }  # fmt: skip
 
