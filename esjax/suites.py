@@ -6,6 +6,10 @@ extra. An adapter does the conversions once, at the env's edge: a suite's own st
 the six-value gymnax step of :mod:`esjax.envs`, its observations (arrays or pytrees) become one
 float32 vector, and its own termination and truncation are reported apart, so an episode ends
 on either (and on esjax's ``episode_length``) and every later step is masked.
+
+This module holds the registry and the navix adapter; the other adapters are modules of their
+own (``esjax.suite_xminigrid``, ``esjax.suite_jumanji``, ``esjax.suite_craftax``), each
+importing its suite inside its factory, and what they share is in :mod:`esjax.suite_base`.
 """
 
 from __future__ import annotations
