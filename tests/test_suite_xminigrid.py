@@ -48,11 +48,12 @@ def test_rollout_matches_xminigrid_stepped_in_a_python_loop(xminigrid, seed):
     env_params = env_params.replace(max_steps=20)
     _, k_reset, k_steps = episode_keys(key)
     timestep = env.reset(env_params, k_reset)
+    step = jax.jit(env.step)  # eager, each step dispatches op by op: seconds a step
     total, length = 0.0, 0
     for t, _ in enumerate(step_keys(k_steps, 30)):  # the step key is not used by xminigrid
         obs = np.asarray(timestep.observation, np.float32).reshape(-1)
         np.testing.assert_array_equal(result.trajectory.obs[t], obs)
-        timestep = env.step(env_params, timestep, result.trajectory.action[t])
+        timestep = step(env_params, timestep, result.trajectory.action[t])
         np.testing.assert_allclose(result.trajectory.reward[t], timestep.reward)
         total, length = total + float(timestep.reward), length + 1
         if bool(timestep.last()):
@@ -70,10 +71,10 @@ def test_a_fixed_action_sequence_ends_as_in_xminigrid(xminigrid, max_steps, ends
     key = jax.random.key(3)
     obs, state = adapted.reset(key, params)
     timestep = env.reset(env_params, key)
-    step = jax.jit(adapted.step)
+    step, own_step = jax.jit(adapted.step), jax.jit(env.step)
     for action in TO_THE_GOAL:
         obs, state, reward, terminated, truncated, _ = step(key, state, action, params)
-        timestep = env.step(env_params, timestep, action)
+        timestep = own_step(env_params, timestep, action)
         np.testing.assert_array_equal(obs, np.asarray(timestep.observation, np.float32).ravel())
         assert float(reward) == float(timestep.reward)
         if bool(timestep.last()):
