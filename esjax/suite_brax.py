@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from esjax.config import ConfigError, suggest
-from esjax.spaces import BoxSpace, SuiteParams, flat_observation
+from esjax.suite_base import BoxSpace, SuiteParams, flat_observation
 
 BACKENDS = ("generalized", "spring", "positional", "mjx")
 # Brax's trainers' default episode length; Brax's envs have no limit of their own.

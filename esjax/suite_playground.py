@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from esjax.config import ConfigError, suggest
-from esjax.spaces import BoxSpace, SuiteParams, flat_observation
+from esjax.suite_base import BoxSpace, SuiteParams, flat_observation
 
 # Playground's own default is "warp", slower than the JAX implementation on a CPU.
 DEFAULT_IMPL = "jax"

@@ -6,6 +6,10 @@ extra. An adapter does the conversions once, at the env's edge: a suite's own st
 the six-value gymnax step of :mod:`esjax.envs`, its observations (arrays or pytrees) become one
 float32 vector, and its own termination and truncation are reported apart, so an episode ends
 on either (and on esjax's ``episode_length``) and every later step is masked.
+
+This module holds the registry and the navix adapter; the other adapters are modules of their
+own (``esjax.suite_xminigrid``, ``esjax.suite_jumanji``, ``esjax.suite_craftax``), each
+importing its suite inside its factory, and what they share is in :mod:`esjax.suite_base`.
 """
 
 from __future__ import annotations
@@ -19,9 +23,12 @@ import jax
 import jax.numpy as jnp
 
 from esjax.config import ConfigError
-from esjax.spaces import BoxSpace, DiscreteSpace, SuiteParams, flat_observation
+from esjax.suite_base import BoxSpace, DiscreteSpace, SuiteParams, flat_observation
 from esjax.suite_brax import make_brax
+from esjax.suite_craftax import make_craftax
+from esjax.suite_jumanji import make_jumanji
 from esjax.suite_playground import make_playground
+from esjax.suite_xminigrid import make_xminigrid
 
 
 # ---------------------------------------------------------------------------- navix
@@ -87,6 +94,15 @@ SUITES: dict[str, Suite] = {
     for suite in [
         Suite("navix", "navix", "navix", "navix:Navix-Empty-5x5-v0",
               "MiniGrid worlds in JAX (discrete actions)", make_navix),
+        Suite("xminigrid", "xminigrid", "xminigrid", "xminigrid:MiniGrid-Empty-8x8",
+              "XLand-MiniGrid: MiniGrid and XLand worlds in JAX (discrete actions)",
+              make_xminigrid),
+        Suite("jumanji", "jumanji", "jumanji", "jumanji:Snake-v1",
+              "InstaDeep's Jumanji: puzzles, routing and packing in JAX (discrete actions)",
+              make_jumanji),
+        Suite("craftax", "craftax", "craftax", "craftax:Craftax-Classic-Symbolic-v1",
+              "Craftax: an open-ended Minecraft-like survival game in JAX (discrete actions)",
+              make_craftax),
         Suite("playground", "mujoco_playground", "playground", "playground:CartpoleBalance",
               "MuJoCo Playground: DM Control, locomotion (continuous actions)", make_playground),
         Suite("brax", "brax", "brax", "brax:hopper",

@@ -20,8 +20,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "esjax"
 LAYERS = {
     "specs": ["config", "presets", "popsize_rule", "version", "stats", "files"],
     "pure JAX": [
-        "spaces", "suite_playground", "suite_brax", "suites", "envs", "episode", "policies",
-        "mirror", "rollout", "sharding", "distributed", "algorithms",
+        "suite_base", "suite_xminigrid", "suite_jumanji", "suite_craftax", "suite_playground",
+        "suite_brax", "suites", "envs", "episode", "policies", "mirror", "rollout", "sharding",
+        "distributed", "algorithms",
         "strategies", "cma", "noise", "draw", "fitness", "engine", "baselines", "tasks",
         "memory", "cache", "programs", "preflight",
     ],
