@@ -362,8 +362,9 @@ def test_planted_pickles_are_refused_never_loaded(reference, tmp_path):
         runs.read_run_config(run_dir)
     assert len(caught) == 3
     runs.load_checkpoint(run_dir)
-    # In place of the data files: refused as not-esjax data.
-    for name in (runs.CHECKPOINT, runs.POLICIES["final"], runs.CONFIG):
+    # In place of the data files: refused as not-esjax data. The previous checkpoint too: a run
+    # slow enough to take a periodic checkpoint has one, and a damaged newest falls back to it.
+    for name in (runs.CHECKPOINT, runs.PREV_CHECKPOINT, runs.POLICIES["final"], runs.CONFIG):
         (run_dir / name).write_bytes(evil)
     with pytest.raises(ConfigError, match="not an esjax checkpoint"):
         runs.load_checkpoint(run_dir)
