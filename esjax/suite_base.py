@@ -73,3 +73,49 @@ def flat_observation(obs: Any) -> jax.Array:
     """Every leaf of an observation pytree, raveled and joined into one float32 vector."""
     leaves = jax.tree.leaves(obs)
     return jnp.concatenate([jnp.ravel(jnp.asarray(leaf, jnp.float32)) for leaf in leaves])
+
+
+def timestep_outcome(timestep: Any) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(reward, terminated, truncated)`` of a dm_env-style ``TimeStep`` (jumanji, xminigrid).
+
+    An episode's last step with discount 0 ended in the env (termination); a last step that
+    still discounts the future was cut short (truncation).
+    """
+    ended = timestep.last()
+    terminated = jnp.logical_and(ended, timestep.discount == 0)
+    truncated = jnp.logical_and(ended, timestep.discount != 0)
+    return jnp.asarray(timestep.reward, jnp.float32), terminated, truncated
+
+
+class StateEnv:
+    """An env that steps a ``State`` carrying ``obs``, ``reward`` and a float ``done``
+    (``env.reset(key)``, ``env.step(state, action)``, ``env.action_size``): Brax's and MuJoCo
+    Playground's, with esjax's protocol.
+
+    The state esjax carries is the suite's ``State``; the suites draw any randomness after a
+    reset from a key kept in it, so the step key is not used. Actions are ``action_size``
+    floats in [-1, 1]. ``done`` is termination; truncation is esjax's ``episode_length``.
+    """
+
+    def __init__(self, env: Any, episode_length: int):
+        self.env = env
+        self.default_params = SuiteParams(max_steps_in_episode=int(episode_length))
+        # Traced, not run: an eager reset of a MuJoCo model takes seconds of dispatch.
+        obs = jax.eval_shape(lambda key: self.reset(key, self.default_params)[0],
+                             jax.random.key(0))  # fmt: skip
+        self._obs_shape = tuple(obs.shape)
+
+    def reset(self, key: jax.Array, params: Any) -> tuple[jax.Array, Any]:
+        state = self.env.reset(key)
+        return flat_observation(state.obs), state
+
+    def step(self, key: jax.Array, state: Any, action: jax.Array, params: Any) -> tuple:
+        state = self.env.step(state, action)
+        return (flat_observation(state.obs), state, jnp.asarray(state.reward, jnp.float32),
+                state.done > 0, jnp.asarray(False), {})  # fmt: skip
+
+    def action_space(self, params: Any) -> BoxSpace:
+        return BoxSpace(-1.0, 1.0, (int(self.env.action_size),))
+
+    def observation_space(self, params: Any) -> BoxSpace:
+        return BoxSpace(-jnp.inf, jnp.inf, self._obs_shape)

@@ -21,11 +21,8 @@ import inspect
 import warnings
 from typing import Any
 
-import jax
-import jax.numpy as jnp
-
 from esjax.config import ConfigError, suggest
-from esjax.suite_base import BoxSpace, SuiteParams, flat_observation
+from esjax.suite_base import StateEnv
 
 BACKENDS = ("generalized", "spring", "positional", "mjx")
 # Brax's trainers' default episode length; Brax's envs have no limit of their own.
@@ -33,34 +30,6 @@ EPISODE_LENGTH = 1000
 # Brax warns on every env it builds that its pipelines are no longer maintained; a user who
 # named a Brax env chose it, and the warning would sit in the middle of esjax's output.
 UNMAINTAINED_WARNING = "Brax System, piplines and environments are not actively"
-
-
-class BraxEnv:
-    """A Brax ``PipelineEnv`` with esjax's protocol.
-
-    The state esjax carries is Brax's ``State``. Brax's envs are deterministic after the
-    reset, so the step key is not used. Actions are Brax's: ``action_size`` floats in [-1, 1].
-    """
-
-    def __init__(self, env: Any):
-        self.env = env
-        self.default_params = SuiteParams(max_steps_in_episode=EPISODE_LENGTH)
-        self._obs_shape = (int(env.observation_size),)
-
-    def reset(self, key: jax.Array, params: Any) -> tuple[jax.Array, Any]:
-        state = self.env.reset(key)
-        return flat_observation(state.obs), state
-
-    def step(self, key: jax.Array, state: Any, action: jax.Array, params: Any) -> tuple:
-        state = self.env.step(state, action)
-        return (flat_observation(state.obs), state, jnp.asarray(state.reward, jnp.float32),
-                state.done > 0, jnp.asarray(False), {})  # fmt: skip
-
-    def action_space(self, params: Any) -> BoxSpace:
-        return BoxSpace(-1.0, 1.0, (int(self.env.action_size),))
-
-    def observation_space(self, params: Any) -> BoxSpace:
-        return BoxSpace(-jnp.inf, jnp.inf, self._obs_shape)
 
 
 def make_brax(name: str, kwargs: dict[str, Any]) -> tuple[Any, Any]:
@@ -88,7 +57,7 @@ def make_brax(name: str, kwargs: dict[str, Any]) -> tuple[Any, Any]:
         )
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=UNMAINTAINED_WARNING, category=UserWarning)
-        env = BraxEnv(envs.get_environment(name, **kwargs))
+        env = StateEnv(envs.get_environment(name, **kwargs), EPISODE_LENGTH)
     return env, env.default_params
 
 

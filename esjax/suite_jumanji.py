@@ -20,7 +20,13 @@ import jax
 import jax.numpy as jnp
 
 from esjax.config import ConfigError
-from esjax.suite_base import BoxSpace, DiscreteSpace, SuiteParams, flat_observation
+from esjax.suite_base import (
+    BoxSpace,
+    DiscreteSpace,
+    SuiteParams,
+    flat_observation,
+    timestep_outcome,
+)
 
 # Episode length for a jumanji env without a ``time_limit`` attribute, unless the task sets one.
 FALLBACK_EPISODE_LENGTH = 1000
@@ -44,10 +50,7 @@ class JumanjiEnv:
 
     def step(self, key: jax.Array, state: Any, action: jax.Array, params: Any) -> tuple:
         state, timestep = self.env.step(state, action)
-        ended = timestep.last()
-        terminated = jnp.logical_and(ended, timestep.discount == 0)
-        truncated = jnp.logical_and(ended, timestep.discount != 0)
-        reward = jnp.asarray(timestep.reward, jnp.float32)
+        reward, terminated, truncated = timestep_outcome(timestep)
         return flat_observation(timestep.observation), state, reward, terminated, truncated, {}
 
     def action_space(self, params: Any) -> DiscreteSpace:

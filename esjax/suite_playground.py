@@ -21,46 +21,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax
-import jax.numpy as jnp
-
 from esjax.config import ConfigError, suggest
-from esjax.suite_base import BoxSpace, SuiteParams, flat_observation
+from esjax.suite_base import StateEnv
 
 # Playground's own default is "warp", slower than the JAX implementation on a CPU.
 DEFAULT_IMPL = "jax"
-
-
-class PlaygroundEnv:
-    """A Playground ``MjxEnv`` with esjax's protocol.
-
-    The state esjax carries is Playground's ``State``. Playground draws any randomness after
-    a reset from a key it keeps in that state, so the step key is not used. Actions are
-    Playground's: ``action_size`` floats in [-1, 1].
-    """
-
-    def __init__(self, env: Any, episode_length: int):
-        self.env = env
-        self.default_params = SuiteParams(max_steps_in_episode=int(episode_length))
-        # Traced, not run: an eager reset of a MuJoCo model takes seconds of dispatch.
-        obs = jax.eval_shape(lambda key: self.reset(key, self.default_params)[0],
-                             jax.random.key(0))  # fmt: skip
-        self._obs_shape = tuple(obs.shape)
-
-    def reset(self, key: jax.Array, params: Any) -> tuple[jax.Array, Any]:
-        state = self.env.reset(key)
-        return flat_observation(state.obs), state
-
-    def step(self, key: jax.Array, state: Any, action: jax.Array, params: Any) -> tuple:
-        state = self.env.step(state, action)
-        return (flat_observation(state.obs), state, jnp.asarray(state.reward, jnp.float32),
-                state.done > 0, jnp.asarray(False), {})  # fmt: skip
-
-    def action_space(self, params: Any) -> BoxSpace:
-        return BoxSpace(-1.0, 1.0, (int(self.env.action_size),))
-
-    def observation_space(self, params: Any) -> BoxSpace:
-        return BoxSpace(-jnp.inf, jnp.inf, self._obs_shape)
 
 
 def make_playground(name: str, kwargs: dict[str, Any]) -> tuple[Any, Any]:
@@ -78,7 +43,7 @@ def make_playground(name: str, kwargs: dict[str, Any]) -> tuple[Any, Any]:
         env = registry.load(name, config_overrides=overrides)
     except (TypeError, ValueError) as error:  # a value of the wrong type, an unknown impl
         raise ConfigError(f"playground:{name}: env_kwargs {kwargs}: {error}") from None
-    adapted = PlaygroundEnv(env, episode_length=overrides.get("episode_length",
+    adapted = StateEnv(env, episode_length=overrides.get("episode_length",
                                                               config.episode_length))  # fmt: skip
     return adapted, adapted.default_params
 

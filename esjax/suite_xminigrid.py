@@ -23,6 +23,7 @@ from esjax.suite_base import (
     WrappedParams,
     flat_observation,
     replace_fields,
+    timestep_outcome,
 )
 
 
@@ -43,10 +44,7 @@ class XMiniGridEnv:
 
     def step(self, key: jax.Array, state: Any, action: jax.Array, params: WrappedParams) -> tuple:
         timestep = self.env.step(params.suite, state, action)
-        ended = timestep.last()
-        terminated = jnp.logical_and(ended, timestep.discount == 0)
-        truncated = jnp.logical_and(ended, timestep.discount != 0)
-        reward = jnp.asarray(timestep.reward, jnp.float32)
+        reward, terminated, truncated = timestep_outcome(timestep)
         return flat_observation(timestep.observation), timestep, reward, terminated, truncated, {}
 
     def action_space(self, params: Any) -> DiscreteSpace:

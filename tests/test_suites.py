@@ -10,9 +10,11 @@ import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -72,3 +74,48 @@ def test_navix_trains_from_the_cli(navix, tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     assert rows[-1]["generation"] == 2
     assert np.isfinite(rows[-1]["eval_return"])
+
+
+def test_state_env_steps_a_brax_style_state_and_reports_termination():
+    """The adapter Brax and Playground share, on a stand-in that counts to 3 and then ends."""
+    from esjax.suite_base import StateEnv
+
+    class Counter:
+        action_size = 2
+
+        def reset(self, key):
+            return types.SimpleNamespace(obs={"t": jnp.zeros(1)}, reward=0.0, done=0.0)
+
+        def step(self, state, action):
+            t = state.obs["t"] + 1
+            return types.SimpleNamespace(
+                obs={"t": t}, reward=jnp.sum(action), done=1.0 * (t[0] >= 3)
+            )
+
+    env = StateEnv(Counter(), episode_length=7)
+    assert env.default_params.max_steps_in_episode == 7
+    assert env.observation_space(None).shape == (1,)
+    assert env.action_space(None).shape == (2,)
+    obs, state = env.reset(jax.random.key(0), None)
+    dones = []
+    for _ in range(3):
+        obs, state, reward, terminated, truncated, _ = env.step(None, state, jnp.ones(2), None)
+        assert float(reward) == 2.0 and not bool(truncated)
+        dones.append(bool(terminated))
+    assert dones == [False, False, True]
+    assert obs.dtype == jnp.float32 and float(obs[0]) == 3.0
+
+
+def test_timestep_outcome_tells_termination_from_truncation():
+    """dm_env's rule: a last step with discount 0 is termination, any other last step truncation."""
+    from esjax.suite_base import timestep_outcome
+
+    def step(last, discount, reward=1.5):
+        return types.SimpleNamespace(last=lambda: jnp.asarray(last), discount=jnp.asarray(discount),
+                                     reward=jnp.asarray(reward))  # fmt: skip
+
+    cases = {(False, 1.0): (False, False), (True, 0.0): (True, False), (True, 1.0): (False, True)}
+    for (last, discount), expected in cases.items():
+        reward, terminated, truncated = timestep_outcome(step(last, discount))
+        assert (bool(terminated), bool(truncated)) == expected
+        assert reward.dtype == jnp.float32 and float(reward) == 1.5
