@@ -29,7 +29,7 @@ from esjax.config import ConfigError
 from esjax.policies import ActionHead, Policy
 from esjax.rollout import PopulationRollout
 
-BASELINES = ("analytic", "zero")
+BASELINES = ("analytic", "random", "zero")
 # Env parameters the pendulum controller is handed, appended to its observation in this order.
 PENDULUM_INPUTS = ("m", "l", "g", "max_torque")
 # Envs without an analytic controller here, and the reference docs/meta.md uses for them.
@@ -105,6 +105,30 @@ def analytic_policy(env_name: str, action_space: Any) -> tuple[Policy, tuple[str
     return policy, PENDULUM_INPUTS
 
 
+def random_policy(like: Policy) -> Policy:
+    """Uniformly random actions, for any env: the floor a trained policy's margin is read from.
+
+    It takes the same input as ``like`` (and ignores it), so it plays the same episodes; its
+    actions come from the step's action key.
+    """
+    head = like.head
+
+    def apply(params, x, carry, key):
+        if head.discrete:
+            return jax.random.randint(key, (), 0, head.size, jnp.int32), carry
+        action = jax.random.uniform(key, (head.size,), minval=head.low, maxval=head.high)
+        return action.reshape(head.shape), carry
+
+    return Policy(
+        init=lambda key: {"unused": jnp.zeros(())},  # a population needs one leaf to map over
+        apply=apply,
+        initial_carry=lambda: (),
+        head=head,
+        input_size=like.input_size,
+        meta_inputs=like.meta_inputs,
+    )
+
+
 def _reference_hint(env_name: str) -> str:
     if env_name in REFERENCES:
         return f"its reference is {REFERENCES[env_name]}"
@@ -122,6 +146,8 @@ def baseline_rollout(rollout: Any, baseline: str) -> Any:
     check_baseline(baseline)
     if baseline == "zero":
         return rollout
+    if baseline == "random":
+        return rollout.replace(policy=random_policy(rollout.policy))
     env_name = getattr(rollout.env, "name", type(rollout.env).__name__)
     policy, inputs = analytic_policy(env_name, rollout.env.action_space(rollout.env_params))
     return PopulationRollout(
@@ -145,7 +171,8 @@ def reference_returns(rollout: Any, key: jax.Array, episodes: int, baseline: str
     """Per-episode returns of a baseline on the episodes ``rollout.population(key, ...)`` runs.
 
     ``zero`` is the rollout's own policy with every weight zero (a zero action: the
-    normalised score's floor); ``analytic`` the controller above, fed the sampled parameters.
+    normalised score's floor); ``random`` uniformly random actions; ``analytic`` the
+    controller above, fed the sampled parameters.
     """
     reference = baseline_rollout(rollout, baseline)
     params = reference.init_params(jax.random.key(0))

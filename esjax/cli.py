@@ -58,7 +58,7 @@ app = typer.Typer(
 # Choices of options, as typer shows them.
 XAxis = StrEnum("XAxis", ["generations", "env_steps", "wall_s"])
 Which = StrEnum("Which", ["final", "best"])
-Baseline = StrEnum("Baseline", ["analytic", "zero"])
+Baseline = StrEnum("Baseline", ["analytic", "random", "zero"])
 
 
 # ---------------------------------------------------------------------------- global options
@@ -287,8 +287,9 @@ def eval_(
         Baseline | None,
         typer.Option(
             help="Also test a reference on the same episodes: analytic (a controller told the "
-            "true env parameters; pendulum tasks) or zero (zero action); prints the policy's "
-            "score 0 = zero action, 1 = analytic.",
+            "true env parameters; pendulum tasks; prints the policy's score 0 = zero action, "
+            "1 = analytic), random (uniformly random actions; prints the policy's margin over "
+            "it) or zero (zero action).",
         ),
     ] = None,
 ) -> None:

@@ -52,8 +52,9 @@ def baseline_record(
 
     ``returns`` maps each of them to its mean, std, min and max. With the analytic baseline
     (a controller told the true env parameters), ``score_vs_analytic`` places the policy on a
-    scale where the zero action is 0 and the analytic controller 1. A task the baseline has no
-    controller for fails before the policy's episodes are played.
+    scale where the zero action is 0 and the analytic controller 1; with the random one
+    (uniformly random actions), ``margin_over_random`` is the policy's mean less its mean.
+    A task the baseline has no controller for fails before the policy's episodes are played.
     """
     config, rollout = make_test_rollout(run, split)
     if baseline == "analytic":
@@ -83,6 +84,8 @@ def baseline_record(
     if baseline == "analytic":
         zero, top = summary["zero action"]["mean"], summary["analytic"]["mean"]
         record["score_vs_analytic"] = (policy["mean"] - zero) / (top - zero)
+    if baseline == "random":
+        record["margin_over_random"] = policy["mean"] - summary["random"]["mean"]
     return record
 
 

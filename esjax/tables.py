@@ -91,6 +91,8 @@ def show_baseline_test(console: Console, record: dict[str, Any]) -> None:
         console.print(
             f"normalised score (0 = zero action, 1 = analytic): {record['score_vs_analytic']:.3f}"
         )
+    if "margin_over_random" in record:
+        console.print(f"margin over random actions: {record['margin_over_random']:+.3f}")
 
 
 def show_grid_test(console: Console, record: dict[str, Any], paths: tuple[Path, Path]) -> None:

@@ -178,3 +178,48 @@ def test_zero_baseline_is_the_zero_weight_policy_on_the_same_episodes(runs):
     )
     analytic = seed_means(run_dir, 4, "train", baseline="analytic")
     assert len(analytic) == 2 and analytic[0] != analytic[1]  # each seed's own episodes
+
+
+def test_random_baseline_plays_uniform_actions_like_a_plain_loop():
+    """CartPole's random-action return against gymnax stepped in a Python loop with NumPy's
+    uniform actions: the same distribution, so the means agree within sampling error."""
+    task = parse_task({"env": "CartPole-v1", "episode_length": 500}, "test")
+    rollout = make_rollout(task)
+    esjax_returns = reference_returns(rollout, jax.random.key(3), 512, "random")
+
+    env, params = gymnax.make("CartPole-v1")
+    step = jax.jit(env.step)
+    rng = np.random.default_rng(0)
+    loop_returns = []
+    for episode in range(200):
+        key = jax.random.key(episode)
+        _, state = env.reset(key, params)
+        total, done, t = 0.0, False, 0
+        while not done and t < 500:
+            key, k_step = jax.random.split(key)
+            _, state, reward, terminated, truncated, _ = step(
+                k_step, state, int(rng.integers(2)), params
+            )
+            total, t = total + float(reward), t + 1
+            done = bool(terminated) or bool(truncated)
+        loop_returns.append(total)
+    loop_returns = np.asarray(loop_returns)
+    spread = np.hypot(esjax_returns.std() / np.sqrt(512), loop_returns.std() / np.sqrt(200))
+    assert abs(esjax_returns.mean() - loop_returns.mean()) < 4 * spread
+    # A random policy is far from the trained one and from always pushing one way (~9 steps).
+    assert 15 < esjax_returns.mean() < 35
+
+
+def test_random_baseline_draws_continuous_actions_uniformly_in_the_bounds():
+    """Pendulum's torque bounds [-2, 2]: the drawn actions pass a Kolmogorov-Smirnov test."""
+    from scipy import stats
+
+    from esjax.baselines import random_policy
+
+    rollout = make_rollout(parse_task({"env": "Pendulum-v1"}, "test"))
+    policy = random_policy(rollout.policy)
+    keys = jax.random.split(jax.random.key(0), 4000)
+    x = jnp.zeros(policy.input_size)
+    actions = jax.vmap(lambda k: policy.apply(policy.init(k), x, (), k)[0])(keys)
+    assert actions.shape == (4000, 1)
+    assert stats.kstest(np.asarray(actions[:, 0]), stats.uniform(-2, 4).cdf).pvalue > 0.001
