@@ -399,6 +399,9 @@ class TaskConfig:
     rollouts: int = 1
     popsize: int | None = None
     normalize_obs: bool = False
+    # Subtracted from every training step's reward (ARS's shift for an alive bonus); evaluation
+    # and test returns are the env's own.
+    reward_shift: float = 0.0
     generations: int = 100
     env_params: dict[str, float | bool] = field(default_factory=dict)
     # Options for the env's maker: gymnax's ``make``, a suite's adapter or a user's factory
@@ -425,6 +428,11 @@ class TaskConfig:
             )
         _require(
             self.rollouts > 0, _child(where, "rollouts"), f"must be positive, got {self.rollouts}"
+        )
+        _require(
+            math.isfinite(self.reward_shift),
+            _child(where, "reward_shift"),
+            f"must be a finite number, got {self.reward_shift}",
         )
         if self.popsize is not None:
             _require(

@@ -205,8 +205,14 @@ def _build_engine(config: RunConfig):
     # The engine's own: a caller may change an engine's rollout (a pinned chunk size), and no
     # other engine or sizing may see that.
     rollout = make_rollout(task, source=config.task_name)
+    # A reward shift makes training returns differ from the env's, so training gets its own.
+    train_rollout = (
+        make_rollout(task, source=config.task_name, reward_shift=task.reward_shift)
+        if task.reward_shift
+        else rollout
+    )
     engine = engines.make_engine(
-        rollout,
+        train_rollout,
         rollout,
         lambda n: strategies.build_strategy(spec, n, config.popsize),
         rollouts=config.rollouts,

@@ -146,6 +146,7 @@ class PopulationRollout:
         param_inputs: tuple[str, ...] = (),
         frame_stack: int = 1,
         early_exit: bool | None = None,
+        reward_shift: float = 0.0,
     ):
         self.env, default_params = make_env(env, env_kwargs)
         # What built this rollout, for replace(): the env object (already made) and the policy.
@@ -154,6 +155,7 @@ class PopulationRollout:
             env_params_sampler=env_params_sampler, common_env_keys=common_env_keys,
             deterministic=deterministic, chunk_size=chunk_size, devices=devices,
             param_inputs=param_inputs, frame_stack=frame_stack, early_exit=early_exit,
+            reward_shift=reward_shift,
         )  # fmt: skip
         self.env_params = default_params if env_params is None else env_params
         self.env_params_sampler = env_params_sampler
@@ -165,6 +167,10 @@ class PopulationRollout:
         if early_exit is None:
             early_exit = can_end_early(self.env, self.env_params, self.episode_length)
         self.early_exit = bool(early_exit)
+        # Subtracted from each step's reward in the returns this rollout sums (never in what a
+        # policy is shown): ARS's training rollouts drop locomotion's per-step alive bonus so
+        # standing still stops paying. Test and evaluation rollouts keep it at 0.
+        self.reward_shift = float(reward_shift)
         self.obs_shape, self.episode = _bind_episode(
             self.env, self.env_params, policy, deterministic, param_inputs, frame_stack
         )
@@ -304,7 +310,8 @@ class PopulationRollout:
         k_params, k_reset, k_episode = episode_keys(key)
         env_params = self.sample_env_params(k_params, bounds)
         init = _start_carry(self.env, self.episode, env_params, k_reset)
-        step = _masked_step(self.env, self.episode, env_params, params, obs_stats, trajectory)
+        step = _masked_step(self.env, self.episode, env_params, params, obs_stats, trajectory,
+                            self.reward_shift)  # fmt: skip
         keys = step_keys(k_episode, self.episode_length)
         if trajectory or not self.early_exit:
             final, traj = jax.lax.scan(step, init, keys)
@@ -416,6 +423,7 @@ def _masked_step(
     params: PyTree,
     obs_stats: ObsStats,
     trajectory: bool,
+    reward_shift: float = 0.0,
 ) -> Callable[[tuple, jax.Array], tuple[tuple, Trajectory | None]]:
     """The scan step of one episode: :class:`EpisodeStep` and :func:`env_step`, masked.
 
@@ -435,7 +443,7 @@ def _masked_step(
         reward = jnp.asarray(reward, jnp.float32).reshape(())
         # Masking: only steps taken while alive count. `where`, not a product, so a NaN
         # reward after termination cannot leak into the return.
-        ret = ret + jnp.where(alive, reward, 0.0)
+        ret = ret + jnp.where(alive, reward - reward_shift, 0.0)
         length = length + alive.astype(jnp.int32)
         obs_sum = obs_sum + jnp.where(alive, obs, 0.0)
         obs_sq_sum = obs_sq_sum + jnp.where(alive, obs * obs, 0.0)

@@ -309,3 +309,37 @@ def test_validated_report_is_the_leader_that_tests_best_and_leaves_the_search_al
         np.testing.assert_allclose(scores[index[0]], max(scores), rtol=1e-5)
         chose_another |= index[0] != 0
     assert chose_another, "validation never changed the report: the test shows nothing"
+
+
+def test_a_reward_shift_lowers_each_training_return_by_its_episode_length():
+    """CartPole pays 1 a step, so a shift of 1 makes every return 0; lengths are untouched."""
+    plain = PopulationRollout("CartPole-v1", MLP(hidden=(8,)), 100)
+    shifted = plain.replace(reward_shift=1.0)
+    params = jax.vmap(plain.init_params)(jax.random.split(jax.random.key(0), POP))
+    key = jax.random.key(3)
+    a, b = plain.population(key, params, 2), shifted.population(key, params, 2)
+    np.testing.assert_array_equal(a.lengths, b.lengths)
+    assert np.all(np.asarray(a.returns) > 5)
+    np.testing.assert_allclose(b.returns, a.returns - a.lengths, atol=1e-4)
+
+
+def test_a_reward_shift_trains_on_shifted_returns_and_evaluates_on_the_envs(tmp_path):
+    """The first generation's members are the same with or without the shift: its fitness is
+    the plain one less the mean episode length; test returns stay in the env's own units."""
+    from esjax.evolve import evolve
+    from esjax.runs import load_metrics
+
+    overrides = ["evaluation.every=1", "evaluation.episodes=8", "policy.hidden=[8]"]
+    plain = evolve("cartpole", popsize=POP, generations=2, out=tmp_path / "plain",
+                   overrides=overrides)  # fmt: skip
+    shifted = evolve("cartpole", popsize=POP, generations=2, out=tmp_path / "shifted",
+                     overrides=[*overrides, "reward_shift=1.0"])  # fmt: skip
+    first_plain, first_shifted = load_metrics(plain.run_dir)[0], load_metrics(shifted.run_dir)[0]
+    mean_length = first_plain["env_steps"] / (POP * 2)  # cartpole plays 2 rollouts a member
+    assert first_shifted["env_steps"] == first_plain["env_steps"]
+    assert first_shifted["fitness_mean"] == pytest.approx(
+        first_plain["fitness_mean"] - mean_length, abs=1e-3
+    )
+    # Evaluation and test returns are CartPole's own (every step pays 1), not the shifted ones.
+    assert shifted.final_eval_return > 5
+    assert min(shifted.verdict.final_per_seed) > 5
