@@ -397,9 +397,13 @@ def render(
     Drawn from the env state and its parameters: a longer or heavier pendulum, a longer pole or
     acrobot link looks it. Renders the classic-control envs, MinAtar games (from the state's
     channels), Catch, DeepSea, FourRooms, MetaMaze, PointRobot, and bandits and bsuite chains
-    as a diagram of the episode so far.
+    as a diagram of the episode so far. A suite's env (SUITE:NAME) is drawn by the suite's own
+    renderer; Brax and Playground need OpenGL for MuJoCo's (MUJOCO_GL=egl or osmesa headless).
     """
     check_run_dir(run)
+    import matplotlib  # the GIF is drawn off-screen: a suite's pyplot viewer opens no window
+
+    matplotlib.use("agg")
     path, total = _library().render_run(
         run,
         out_file,

@@ -8,6 +8,12 @@ through generous fixed minimums, so variants are comparable by eye across GIFs.
 Drawing is plain matplotlib (no pyplot state); GIFs are written by matplotlib's ``PillowWriter``.
 matplotlib is imported by the functions that draw: every ``esjax`` command imports this
 module, and only ``render`` draws (about 0.1 s of every other command's start-up).
+
+An env of another suite (``SUITE:NAME``) is drawn by the suite's own renderer instead, through
+its adapter's ``renderer(params)`` (see :mod:`esjax.suite_base`): navix's sprites,
+xminigrid's tiles, Craftax's textures, a jumanji env's matplotlib viewer, MuJoCo's renderer for
+Brax and Playground. Its pictures are kept pixel for pixel (small ones enlarged by a whole
+factor), with the step and return written in a strip beneath.
 """
 
 from __future__ import annotations
@@ -25,10 +31,14 @@ from esjax.config import ConfigError, parse_override
 from esjax.envs import env_step, import_gymnax, make_env
 from esjax.episode import episode_keys, split_step_key
 from esjax.saved import SavedPolicy
+from esjax.suite_base import Renderer, default_mujoco_gl
 from esjax.tasks import check_param_names, fixed_env_params, split_sampler
 
 Update = Callable[[Any, str], None]  # (env state, caption) -> redraw the artists
 PIVOT = "#2c3e50"
+# A suite's picture narrower than this is enlarged by a whole factor, so its caption fits.
+MIN_WIDTH = 240
+CAPTION_HEIGHT = 16
 
 
 def _f(value: Any) -> float:
@@ -408,12 +418,21 @@ def save_gif(
     *,
     captions: Sequence[str] | None = None,
     fps: int = 25,
+    draw: Renderer | None = None,
 ) -> Path:
-    """Draw every state into one GIF."""
+    """Draw every state into one GIF: with ``draw``, a suite's own renderer (an adapter's
+    ``renderer(params)``), where given, else with esjax's scene for ``env_id``."""
     from matplotlib.animation import PillowWriter
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    if draw is not None:
+        pictures = [captioned(picture, captions[i] if captions else "")
+                    for i, picture in enumerate(draw(states))]  # fmt: skip
+        # The call PillowWriter makes for the scenes below.
+        pictures[0].save(out, save_all=True, append_images=pictures[1:],
+                         duration=int(1000 / fps), loop=0)  # fmt: skip
+        return out
     fig, update = scene(env_id, params)
     writer = PillowWriter(fps=fps)
     with writer.saving(fig, str(out), dpi=fig.dpi):
@@ -421,6 +440,25 @@ def save_gif(
             update(state, captions[i] if captions else "")
             writer.grab_frame()
     return out
+
+
+def captioned(picture: np.ndarray, caption: str) -> Any:
+    """A suite's ``(H, W, 3)`` picture as a PIL image, its pixels kept (each repeated a whole
+    number of times where it is narrower than ``MIN_WIDTH``), the caption in a strip beneath.
+
+    Whole-factor enlargement keeps a sprite's pixels sharp; a suite's own picture stays
+    recoverable from the GIF by taking every ``factor``-th pixel of its top-left block.
+    """
+    from PIL import Image, ImageDraw
+
+    picture = np.asarray(picture, np.uint8)
+    factor = max(1, math.ceil(MIN_WIDTH / picture.shape[1]))
+    picture = picture.repeat(factor, axis=0).repeat(factor, axis=1)
+    if not caption:
+        return Image.fromarray(picture)
+    strip = Image.new("RGB", (picture.shape[1], CAPTION_HEIGHT), "white")
+    ImageDraw.Draw(strip).text((4, 2), caption, fill="black")
+    return Image.fromarray(np.concatenate([picture, np.asarray(strip)], axis=0))
 
 
 # ---------------------------------------------------------------------------- a run's policy
@@ -467,13 +505,15 @@ def render_run(
     The variant is drawn from the task's training distribution (or ``split``) with ``seed``;
     ``env_params`` (``"l=1.6"`` strings) then pin individual fields.
     """
+    default_mujoco_gl()  # before a suite the run names imports MuJoCo
     saved = SavedPolicy.load(run_dir, which=which)
     task = saved.task
-    if task.env not in SCENES:
-        raise ConfigError(
-            f"render: no renderer for env {task.env!r}; esjax draws {', '.join(sorted(SCENES))}"
-        )
     env, default_params = make_env(task.env, task.env_kwargs)
+    if not hasattr(env, "renderer") and task.env not in SCENES:
+        raise ConfigError(
+            f"render: no renderer for env {task.env!r}; esjax draws {', '.join(sorted(SCENES))} "
+            "and the envs of the suites it adapts (SUITE:NAME)"
+        )
     params = fixed_env_params(task, default_params)
     # The rollout's own layout: the episode key's first part draws the variant.
     key = jax.random.key(seed)
@@ -489,6 +529,8 @@ def render_run(
     check_param_names(list(pinned), params, "--param")
     if pinned:
         params = params.replace(**pinned)
+    # A suite's own renderer, set up before the episode: one that cannot draw here says so first.
+    draw = env.renderer(params) if hasattr(env, "renderer") else None
     controller = saved.controller(env_params=params)
     length = steps or task.episode_length or int(params.max_steps_in_episode)
     states, returns = play_episode(controller, env, params, key, length)
@@ -499,5 +541,5 @@ def render_run(
     states = [jax.device_get(states[i]) for i in picked]
     captions = [f"step {i:4d}  return {returns[i]:8.1f}" for i in picked]
     out = Path(out) if out is not None else Path(run_dir) / "episode.gif"
-    save_gif(task.env, states, params, out, captions=captions, fps=fps)
+    save_gif(task.env, states, params, out, captions=captions, fps=fps, draw=draw)
     return out, returns[-1]

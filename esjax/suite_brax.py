@@ -13,6 +13,10 @@ unknown name or backend is one line listing the valid ones.
 
 **Episodes.** ``done`` is Brax's termination (hopper falling, say); an episode is at most
 1,000 steps by default, the length Brax's own trainers use.
+
+**Drawing.** ``esjax render`` draws a state's pipeline state with Brax's own ``env.render``
+(MuJoCo's renderer), which needs an OpenGL context: see
+:func:`~esjax.suite_base.check_mujoco_gl`.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import warnings
 from typing import Any
 
 from esjax.config import ConfigError, suggest
-from esjax.suite_base import StateEnv
+from esjax.suite_base import StateEnv, import_mujoco_suite
 
 BACKENDS = ("generalized", "spring", "positional", "mjx")
 # Brax's trainers' default episode length; Brax's envs have no limit of their own.
@@ -34,7 +38,8 @@ UNMAINTAINED_WARNING = "Brax System, piplines and environments are not actively"
 
 def make_brax(name: str, kwargs: dict[str, Any]) -> tuple[Any, Any]:
     """``brax:NAME``: ``brax.envs.get_environment(NAME, **env_kwargs)``, adapted."""
-    from brax import envs  # the optional suite, imported only when a task names it
+    # The optional suite, imported only when a task names it.
+    envs = import_mujoco_suite("brax.envs", f"brax:{name}")
 
     registered = sorted(envs._envs)  # Brax's registry has no public listing
     if name not in registered:
@@ -57,7 +62,8 @@ def make_brax(name: str, kwargs: dict[str, Any]) -> tuple[Any, Any]:
         )
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=UNMAINTAINED_WARNING, category=UserWarning)
-        env = StateEnv(envs.get_environment(name, **kwargs), EPISODE_LENGTH)
+        env = StateEnv(envs.get_environment(name, **kwargs), EPISODE_LENGTH, f"brax:{name}",
+                       render_state=lambda state: state.pipeline_state)  # fmt: skip
     return env, env.default_params
 
 

@@ -14,7 +14,8 @@ here; esjax masks the steps after an episode's end instead, so the adapter makes
 Craftax, which draws its mobs and world changes from it. Craftax's params sit inside
 :class:`~esjax.suite_base.WrappedParams`; the other ``env_kwargs`` replace their fields
 (``max_timesteps``, ``day_length``, ...). Symbolic observations are float32 vectors already;
-pixel ones are flattened.
+pixel ones are flattened. ``esjax render`` draws a state with Craftax's own pixel renderer
+(``render_craftax_pixels``, Classic's or full Craftax's), at its image block size.
 """
 
 from __future__ import annotations
@@ -23,12 +24,15 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from esjax.config import ConfigError
 from esjax.suite_base import (
     BoxSpace,
     DiscreteSpace,
+    Renderer,
     WrappedParams,
+    each,
     flat_observation,
     replace_fields,
 )
@@ -44,8 +48,9 @@ NAMES = (
 class CraftaxEnv:
     """A Craftax env whose five-value step reports termination and truncation apart."""
 
-    def __init__(self, env: Any, suite_params: Any):
+    def __init__(self, env: Any, suite_params: Any, classic: bool = True):
         self.env = env
+        self.classic = classic  # Craftax-Classic, whose renderer is a module of its own
         self.default_params = WrappedParams(suite_params, int(suite_params.max_timesteps))
         self._num_actions = int(env.action_space(suite_params).n)
         obs = jax.eval_shape(lambda key: self.reset(key, self.default_params)[0],
@@ -72,6 +77,17 @@ class CraftaxEnv:
     def observation_space(self, params: Any) -> BoxSpace:
         return BoxSpace(-jnp.inf, jnp.inf, self._obs_shape)
 
+    def renderer(self, params: WrappedParams) -> Renderer:
+        """Craftax's own ``render_craftax_pixels`` of a state (the player's view and inventory)
+        at ``BLOCK_PIXEL_SIZE_IMG``, compiled once; it draws 0-255 floats."""
+        if self.classic:
+            from craftax.craftax_classic import constants, renderer
+        else:
+            from craftax.craftax import constants, renderer
+
+        pixels = jax.jit(renderer.make_craftax_pixel_renderer(constants.BLOCK_PIXEL_SIZE_IMG))
+        return each(lambda state: np.clip(np.rint(np.asarray(pixels(state))), 0, 255))
+
 
 def make_craftax(name: str, kwargs: dict[str, Any]) -> tuple[CraftaxEnv, WrappedParams]:
     """``craftax:NAME``: Craftax's env by name, without its auto-reset unless
@@ -86,5 +102,5 @@ def make_craftax(name: str, kwargs: dict[str, Any]) -> tuple[CraftaxEnv, Wrapped
         raise ConfigError(f"craftax:{name}: env_kwargs.auto_reset must be true or false")
     env = make_craftax_env_from_name(name, auto_reset=auto_reset)
     suite_params = replace_fields(env.default_params, changes, f"craftax:{name}")
-    adapted = CraftaxEnv(env, suite_params)
+    adapted = CraftaxEnv(env, suite_params, classic=name.startswith("Craftax-Classic"))
     return adapted, adapted.default_params

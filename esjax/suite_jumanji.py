@@ -10,6 +10,12 @@ NamedTuple of arrays: Snake's grid, step count and action mask) becomes one floa
 jumanji envs have no params; :class:`~esjax.suite_base.SuiteParams` carries the env's
 ``time_limit`` as esjax's default episode length. Only a single discrete action
 (``DiscreteArray``) is adapted.
+
+``esjax render`` draws a state with the env's own ``render(state)``: its matplotlib viewer
+draws into a pyplot figure and, in its default mode, returns nothing (``Snake.render`` returns
+nothing in any mode), so the adapter reads that figure's pixels, as the viewers' own
+``rgb_array`` mode does. Use a non-interactive matplotlib backend (``esjax render`` picks
+Agg), or the viewer opens a window.
 """
 
 from __future__ import annotations
@@ -18,12 +24,15 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from esjax.config import ConfigError
 from esjax.suite_base import (
     BoxSpace,
     DiscreteSpace,
+    Renderer,
     SuiteParams,
+    each,
     flat_observation,
     timestep_outcome,
 )
@@ -58,6 +67,19 @@ class JumanjiEnv:
 
     def observation_space(self, params: Any) -> BoxSpace:
         return BoxSpace(-jnp.inf, jnp.inf, self._obs_shape)
+
+    def renderer(self, params: Any) -> Renderer:
+        """The env's own ``render(state)``, read back from the figure its viewer drew (pyplot's
+        current figure after the call), RGB without the alpha channel."""
+        import matplotlib.pyplot as plt  # a dependency of jumanji's viewers
+
+        def draw(state: Any) -> np.ndarray:
+            self.env.render(state)
+            figure = plt.gcf()
+            figure.canvas.draw()
+            return np.asarray(figure.canvas.buffer_rgba())[..., :3].copy()
+
+        return each(draw)
 
 
 def make_jumanji(name: str, kwargs: dict[str, Any]) -> tuple[JumanjiEnv, SuiteParams]:

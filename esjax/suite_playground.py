@@ -15,6 +15,9 @@ CPU the JAX implementation is the faster one, and it needs no warp kernels compi
 **Episodes.** DM Control tasks never end early; ``done`` turns on only when the simulation
 goes NaN, which esjax reads as termination. The config's ``episode_length`` (1,000 for DM
 Control) is the default length of an esjax episode, as it is Playground's own.
+
+**Drawing.** ``esjax render`` draws a state with Playground's own ``env.render`` (MuJoCo's
+renderer), which needs an OpenGL context: see :func:`~esjax.suite_base.check_mujoco_gl`.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from esjax.config import ConfigError, suggest
-from esjax.suite_base import StateEnv
+from esjax.suite_base import StateEnv, import_mujoco_suite
 
 # Playground's own default is "warp", slower than the JAX implementation on a CPU.
 DEFAULT_IMPL = "jax"
@@ -30,7 +33,8 @@ DEFAULT_IMPL = "jax"
 
 def make_playground(name: str, kwargs: dict[str, Any]) -> tuple[Any, Any]:
     """``playground:NAME``: ``registry.load(NAME, config_overrides=env_kwargs)``, adapted."""
-    from mujoco_playground import registry  # the optional suite, imported only when named
+    # The optional suite, imported only when a task names it.
+    registry = import_mujoco_suite("mujoco_playground", f"playground:{name}").registry
 
     if name not in registry.ALL_ENVS:
         raise ConfigError(
@@ -43,8 +47,8 @@ def make_playground(name: str, kwargs: dict[str, Any]) -> tuple[Any, Any]:
         env = registry.load(name, config_overrides=overrides)
     except (TypeError, ValueError) as error:  # a value of the wrong type, an unknown impl
         raise ConfigError(f"playground:{name}: env_kwargs {kwargs}: {error}") from None
-    adapted = StateEnv(env, episode_length=overrides.get("episode_length",
-                                                              config.episode_length))  # fmt: skip
+    length = overrides.get("episode_length", config.episode_length)
+    adapted = StateEnv(env, episode_length=length, name=f"playground:{name}")
     return adapted, adapted.default_params
 
 

@@ -6,7 +6,8 @@ xminigrid's params inside :class:`~esjax.suite_base.WrappedParams`. An episode's
 xminigrid's ``step_type`` LAST; a discount of 0 marks termination (the goal reached), any
 other a truncation (``max_steps``). xminigrid draws its randomness from a key inside the
 state, at reset, so the step key is not used. Its observation (a ``uint8`` grid of the
-agent's view) becomes one float32 vector.
+agent's view) becomes one float32 vector. ``esjax render`` draws a timestep with xminigrid's
+own ``env.render`` (its RGB mode, whatever ``render_mode`` the task sets).
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from esjax.config import ConfigError
 from esjax.suite_base import (
     BoxSpace,
     DiscreteSpace,
+    Renderer,
     WrappedParams,
+    each,
     flat_observation,
     replace_fields,
     timestep_outcome,
@@ -52,6 +55,12 @@ class XMiniGridEnv:
 
     def observation_space(self, params: Any) -> BoxSpace:
         return BoxSpace(-jnp.inf, jnp.inf, self._obs_shape)
+
+    def renderer(self, params: WrappedParams) -> Renderer:
+        """xminigrid's own ``env.render`` of a timestep, in its RGB mode (a task may have set
+        ``render_mode`` to its text mode, which returns a string)."""
+        suite = params.suite.replace(render_mode="rgb_array")
+        return each(lambda timestep: self.env.render(suite, timestep))
 
 
 def make_xminigrid(name: str, kwargs: dict[str, Any]) -> tuple[XMiniGridEnv, WrappedParams]:

@@ -23,7 +23,14 @@ import jax
 import jax.numpy as jnp
 
 from esjax.config import ConfigError
-from esjax.suite_base import BoxSpace, DiscreteSpace, SuiteParams, flat_observation
+from esjax.suite_base import (
+    BoxSpace,
+    DiscreteSpace,
+    Renderer,
+    SuiteParams,
+    each,
+    flat_observation,
+)
 from esjax.suite_brax import make_brax
 from esjax.suite_craftax import make_craftax
 from esjax.suite_jumanji import make_jumanji
@@ -64,6 +71,14 @@ class NavixEnv:
 
     def observation_space(self, params: Any) -> BoxSpace:
         return BoxSpace(-jnp.inf, jnp.inf, self._obs_shape)
+
+    def renderer(self, params: Any) -> Renderer:
+        """navix's own full-grid RGB picture of a timestep's state (``observations.rgb``, its
+        sprites), whatever observation the env hands the policy; compiled once."""
+        import navix  # the optional suite, imported only when a task names it
+
+        rgb = jax.jit(navix.observations.rgb)
+        return each(lambda timestep: rgb(timestep.state))
 
 
 def make_navix(name: str, kwargs: dict[str, Any]) -> tuple[Any, Any]:
