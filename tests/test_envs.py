@@ -6,6 +6,7 @@ exactly as a plain Python loop over the class's own ``step`` does on the same ke
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -143,19 +144,37 @@ def test_a_bad_env_in_a_task_file_exits_2_with_one_line(tmp_path):
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
-@pytest.mark.parametrize("suite", [s for s in SUITES.values() if not is_installed(s)],
-                         ids=lambda s: s.name)  # fmt: skip
-def test_a_suite_not_installed_names_its_extra(suite):
+# A suite hidden from the import system, as in an install without its extra.
+def _hide(monkeypatch, package: str) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == package else real(name, *a))  # fmt: skip
+
+
+@pytest.mark.parametrize("suite", SUITES.values(), ids=lambda s: s.name)
+def test_a_suite_not_installed_names_its_extra(suite, monkeypatch):
+    _hide(monkeypatch, suite.package)
+    assert not is_installed(suite)
     with pytest.raises(ConfigError, match=rf'pip install "esjax\[{suite.extra}\]"$'):
         make_env(suite.example)
 
 
-@pytest.mark.parametrize("suite", [s for s in SUITES.values() if not is_installed(s)],
-                         ids=lambda s: s.name)  # fmt: skip
+@pytest.mark.parametrize("suite", SUITES.values(), ids=lambda s: s.name)
 def test_a_task_naming_a_suite_not_installed_exits_2(suite, tmp_path):
     task = tmp_path / "suite.toml"
     task.write_text(f'env = "{suite.example}"\nepisode_length = 10\n')
-    done = esjax_cli("evolve", str(task), "--generations", "1", "--out", str(tmp_path / "r"))
+    hidden = (
+        "import importlib.util, sys\n"
+        "real = importlib.util.find_spec\n"
+        f"importlib.util.find_spec = lambda name, *a: None if name == {suite.package!r} "
+        "else real(name, *a)\n"
+        "from esjax.cli import main\n"
+        "main()\n"
+    )
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
+    done = subprocess.run([sys.executable, "-c", hidden, "evolve", str(task), "--generations", "1",
+                           "--out", str(tmp_path / "r")], env=env, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
     assert done.returncode == 2
     assert done.stderr.strip().endswith(f'pip install "esjax[{suite.extra}]"'), done.stderr
     assert len(done.stderr.strip().splitlines()) == 1

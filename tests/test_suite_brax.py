@@ -5,12 +5,7 @@ Skipped where Brax is not installed (``pip install "esjax[brax]"``).
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import jax
 import numpy as np
@@ -23,7 +18,6 @@ from esjax.policies import MLP
 from esjax.rollout import PopulationRollout
 from esjax.suite_brax import UNMAINTAINED_WARNING
 
-REPO = Path(__file__).resolve().parents[1]
 ENV = "inverted_pendulum"
 STEPS = 50
 
@@ -98,21 +92,3 @@ def test_a_bad_name_or_option_is_one_line(brax_envs, env_name, kwargs, message):
     with pytest.raises(ConfigError, match=re.escape(message)) as err:
         make_env(f"brax:{env_name}", kwargs)
     assert "\n" not in str(err.value)
-
-
-def test_brax_trains_from_the_cli_without_its_maintenance_warning(brax_envs, tmp_path):
-    task = tmp_path / "pendulum.toml"
-    task.write_text(f'env = "brax:{ENV}"\nepisode_length = 30\n\n'
-                    '[env_kwargs]\nbackend = "positional"\n\n'
-                    "[evaluation]\nevery = 1\nepisodes = 4\n")  # fmt: skip
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
-    done = subprocess.run(
-        [sys.executable, "-m", "esjax", "evolve", str(task), "--generations", "2",
-         "--popsize", "16", "--out", str(tmp_path / "run")],
-        env=env, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "maintained" not in done.stdout + done.stderr
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
-    assert rows[-1]["generation"] == 2
-    assert np.isfinite(rows[-1]["eval_return"])

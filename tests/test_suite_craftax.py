@@ -5,12 +5,6 @@ Skipped, naming the extra, where craftax is not installed.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -22,7 +16,6 @@ from esjax.episode import episode_keys, split_step_key, step_keys
 from esjax.policies import MLP
 from esjax.rollout import PopulationRollout
 
-REPO = Path(__file__).resolve().parents[1]
 ENV = "Craftax-Classic-Symbolic-v1"
 
 
@@ -95,19 +88,3 @@ def test_wrong_env_kwargs_and_names_are_one_line(craftax_env):
         make_env(f"craftax:{ENV}", {"auto_reset": 1})
     with pytest.raises(ConfigError, match="craftax has no env 'Craftax-Classic'"):
         make_env("craftax:Craftax-Classic", {})
-
-
-def test_craftax_trains_from_the_cli(craftax_env, tmp_path):
-    task = tmp_path / "craftax.toml"
-    task.write_text(f'env = "craftax:{ENV}"\nepisode_length = 40\n\n'
-                    "[evaluation]\nevery = 1\nepisodes = 8\n")  # fmt: skip
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
-    done = subprocess.run(
-        [sys.executable, "-m", "esjax", "evolve", str(task), "--generations", "2",
-         "--popsize", "16", "--out", str(tmp_path / "run")],
-        env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
-    assert rows[-1]["generation"] == 2
-    assert np.isfinite(rows[-1]["eval_return"])

@@ -5,12 +5,6 @@ Skipped, naming the extra, where jumanji is not installed.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import jax
 import numpy as np
 import pytest
@@ -21,7 +15,6 @@ from esjax.episode import episode_keys, step_keys
 from esjax.policies import MLP
 from esjax.rollout import PopulationRollout
 
-REPO = Path(__file__).resolve().parents[1]
 ENV = "Snake-v1"
 UP, RIGHT = 0, 1
 
@@ -125,20 +118,3 @@ def test_wrong_env_kwargs_and_names_are_one_line(jumanji):
 def test_a_multi_discrete_action_is_refused_in_one_line(jumanji):
     with pytest.raises(ConfigError, match="MultiDiscreteArray; esjax adapts jumanji envs"):
         make_env("jumanji:Cleaner-v0", {})
-
-
-def test_jumanji_trains_from_the_cli(jumanji, tmp_path):
-    task = tmp_path / "jumanji.toml"
-    task.write_text(f'env = "jumanji:{ENV}"\nepisode_length = 40\n\n'
-                    "[env_kwargs]\ntime_limit = 40\n\n"
-                    "[evaluation]\nevery = 1\nepisodes = 8\n")  # fmt: skip
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
-    done = subprocess.run(
-        [sys.executable, "-m", "esjax", "evolve", str(task), "--generations", "2",
-         "--popsize", "16", "--out", str(tmp_path / "run")],
-        env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
-    assert rows[-1]["generation"] == 2
-    assert np.isfinite(rows[-1]["eval_return"])

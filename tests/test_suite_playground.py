@@ -5,13 +5,8 @@ Skipped where Playground is not installed (``pip install "esjax[playground]"``).
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import jax
 import numpy as np
@@ -23,7 +18,6 @@ from esjax.episode import episode_keys
 from esjax.policies import MLP
 from esjax.rollout import PopulationRollout
 
-REPO = Path(__file__).resolve().parents[1]
 ENV = "CartpoleBalance"
 STEPS = 50
 
@@ -88,20 +82,3 @@ def test_a_bad_name_or_option_is_one_line(registry, env_name, kwargs, message):
     with pytest.raises(ConfigError, match=re.escape(message)) as err:
         make_env(f"playground:{env_name}", kwargs)
     assert "\n" not in str(err.value)
-
-
-def test_playground_trains_from_the_cli(registry, tmp_path):
-    task = tmp_path / "cartpole.toml"
-    task.write_text(f'env = "playground:{ENV}"\nepisode_length = 30\n\n'
-                    '[env_kwargs]\nimpl = "jax"\n\n'
-                    "[evaluation]\nevery = 1\nepisodes = 4\n")  # fmt: skip
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
-    done = subprocess.run(
-        [sys.executable, "-m", "esjax", "evolve", str(task), "--generations", "2",
-         "--popsize", "16", "--out", str(tmp_path / "run")],
-        env=env, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
-    assert rows[-1]["generation"] == 2
-    assert np.isfinite(rows[-1]["eval_return"])

@@ -5,12 +5,6 @@ Skipped, naming the extra, where xminigrid is not installed.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import jax
 import numpy as np
 import pytest
@@ -21,7 +15,6 @@ from esjax.episode import episode_keys, step_keys
 from esjax.policies import MLP
 from esjax.rollout import PopulationRollout
 
-REPO = Path(__file__).resolve().parents[1]
 ENV = "MiniGrid-Empty-8x8"
 # From the start (1, 1), facing along the second axis, to the goal at (6, 6): 11 steps.
 FORWARD, TURN_RIGHT = 0, 1
@@ -90,20 +83,3 @@ def test_an_unknown_env_kwarg_is_one_line_naming_the_params(xminigrid):
         make_env(f"xminigrid:{ENV}", {"max_step": 5})
     with pytest.raises(ConfigError, match="xminigrid has no env 'Empty'"):
         make_env("xminigrid:Empty", {})
-
-
-def test_xminigrid_trains_from_the_cli(xminigrid, tmp_path):
-    task = tmp_path / "xminigrid.toml"
-    task.write_text(f'env = "xminigrid:{ENV}"\nepisode_length = 40\n\n'
-                    "[env_kwargs]\nmax_steps = 40\n\n"
-                    "[evaluation]\nevery = 1\nepisodes = 8\n")  # fmt: skip
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
-    done = subprocess.run(
-        [sys.executable, "-m", "esjax", "evolve", str(task), "--generations", "2",
-         "--popsize", "16", "--out", str(tmp_path / "run")],
-        env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
-    assert rows[-1]["generation"] == 2
-    assert np.isfinite(rows[-1]["eval_return"])

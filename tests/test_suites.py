@@ -6,12 +6,7 @@ installed (tests/test_envs.py checks the one-line error a task naming it gets th
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import types
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -22,7 +17,6 @@ from esjax.episode import episode_keys, split_step_key, step_keys
 from esjax.policies import MLP
 from esjax.rollout import PopulationRollout
 
-REPO = Path(__file__).resolve().parents[1]
 NAVIX_ENV = "Navix-Empty-5x5-v0"
 
 
@@ -58,22 +52,6 @@ def test_navix_adapter_matches_navix_stepped_in_a_python_loop(navix, seed):
     assert length <= 20
     assert int(result.lengths) == length
     np.testing.assert_allclose(float(result.returns), total, rtol=1e-6)
-
-
-def test_navix_trains_from_the_cli(navix, tmp_path):
-    task = tmp_path / "navix.toml"
-    task.write_text(f'env = "navix:{NAVIX_ENV}"\nepisode_length = 50\n\n'
-                    "[evaluation]\nevery = 1\nepisodes = 8\n")  # fmt: skip
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
-    done = subprocess.run(
-        [sys.executable, "-m", "esjax", "evolve", str(task), "--generations", "2",
-         "--popsize", "16", "--out", str(tmp_path / "run")],
-        env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
-    assert rows[-1]["generation"] == 2
-    assert np.isfinite(rows[-1]["eval_return"])
 
 
 def test_state_env_steps_a_brax_style_state_and_reports_termination():
