@@ -313,14 +313,16 @@ def print_runs(results: list[dict[str, Any]], levels: list[float]) -> None:
         head += f" | {f'>={level:g} steps':>15} {'wall_s':>7}"
     print("\n" + head)
     for r in results:
-        line = (
-            f"{r['trainer']:<7} {r['seed']:>4} {r['final_steps']:>11,} "
-            f"{r['evals'][-1]['wall_s']:>8.1f} {r['final_return']:>8.1f}"
-        )
-        for level in levels:
-            hit = r["levels"][f"{level:g}"]
-            line += f" | {fmt(hit['steps'], ','):>15} {fmt(hit['wall_s'], '.1f'):>7}"
-        print(line)
+        print(_row(r["trainer"], r["seed"], r["final_steps"], r["evals"][-1]["wall_s"],
+                   r["final_return"], [r["levels"][f"{level:g}"] for level in levels]))  # fmt: skip
+
+
+def _row(name: str, seed: Any, steps: float, wall: float, final: float, hits: list) -> str:
+    """One printed row: steps, wall and final return, then steps and wall to each level."""
+    line = f"{name:<7} {seed:>4} {steps:>11,.0f} {wall:>8.1f} {final:>8.1f}"
+    for hit in hits:
+        line += f" | {fmt(hit['steps'], ',.0f'):>15} {fmt(hit['wall_s'], '.1f'):>7}"
+    return line
 
 
 def medians(results: list[dict[str, Any]], trainers: list[str], levels: list[float]) -> dict:
@@ -365,14 +367,8 @@ def print_summary(med: dict, ratio: dict[str, Any] | None, levels: list[float]) 
     """The medians block, then the ratios against ARS."""
     print("\nmedians over seeds (a level never reached counts as never: —)")
     for name, m in med.items():
-        line = (
-            f"{name:<7} {'':>4} {m['final_steps']:>11,.0f} {m['wall_s']:>8.1f} "
-            f"{m['final_return']:>8.1f}"
-        )
-        for level in levels:
-            hit = m["levels"][f"{level:g}"]
-            line += f" | {fmt(hit['steps'], ',.0f'):>15} {fmt(hit['wall_s'], '.1f'):>7}"
-        print(line)
+        print(_row(name, "", m["final_steps"], m["wall_s"], m["final_return"],
+                   [m["levels"][f"{level:g}"] for level in levels]))  # fmt: skip
     if ratio is None:
         return
     walls = ", ".join(f"{k} {fmt(v, '.1f')} s" for k, v in ratio["wall_to_target_s"].items())
