@@ -78,7 +78,9 @@ def test_the_preset_trains_evaluates_and_reloads(preset, tmp_path):
     task = tomllib.loads((TASKS / f"{preset}.toml").read_text())
     env, env_params = make_env(task["env"], task.get("env_kwargs", {}))
     controller = load_policy(run)
-    obs, state = env.reset(jax.random.key(0), env_params)
+    # Jitted: un-jitted, a MuJoCo env's reset and step run op by op (tens of seconds each).
+    reset, step = jax.jit(env.reset), jax.jit(env.step)
+    obs, state = reset(jax.random.key(0), env_params)
     for t in range(3):
         action = controller.act(np.asarray(obs))
         space = env.action_space(env_params)
@@ -87,7 +89,7 @@ def test_the_preset_trains_evaluates_and_reloads(preset, tmp_path):
         else:
             assert action.shape == tuple(space.shape)
             assert np.all((space.low <= action) & (action <= space.high))
-        obs, state, reward, *_ = env.step(jax.random.key(t), state, action, env_params)
+        obs, state, reward, *_ = step(jax.random.key(t), state, action, env_params)
         assert np.all(np.isfinite(np.asarray(obs))) and np.isfinite(float(reward))
 
 
