@@ -11,6 +11,10 @@ this runs on; say "shared machine" when quoting them from a loaded host.
     python benchmarks/suite.py                          # every env, 3 seeds
     python benchmarks/suite.py catch deep-sea --seeds 3 --out /tmp/suite
     python benchmarks/suite.py --plot-only --out /tmp/suite   # table and figure from saved runs
+    python benchmarks/suite.py catch --seeds 16 --seed 1000   # 16 fresh seeds: the success rate
+
+"Solved" is each run's own per-seed verdict (``summary.json``: the final policy's test return
+on fresh episodes against the preset's ``solved_return``), the count ``esjax report`` gives.
 
 Blines numbers: gymnax-blines ``agents/<env>/es.pkl`` test returns and env steps, as quoted in
 issue 12 of this project (OpenES, popsize 100 x 20 rollouts, unless noted there).
@@ -84,11 +88,11 @@ def first_reach(curves: dict[int, list[dict]], target: float) -> tuple[float, fl
     return max(r["env_steps"] for r in reached), max(r["wall_s"] for r in reached)
 
 
-def run_preset(name: str, seeds: int, out: Path) -> dict:
+def run_preset(name: str, seeds: int, out: Path, seed: int = 0) -> dict:
     clear_engine_cache()
     run_dir = out / name
     start = time.perf_counter()
-    evolve(name, seeds=seeds, out=run_dir, overwrite=True)
+    evolve(name, seed=seed, seeds=seeds, out=run_dir, overwrite=True)
     wall = time.perf_counter() - start
     summary = summarize(name, run_dir)
     summary["total_wall_s"] = wall
@@ -103,7 +107,9 @@ def summarize(name: str, run_dir: Path) -> dict:
     mean, half = mean_ci(finals)
     reach = first_reach(curves, target)
     last = [rows[-1] for rows in curves.values()]
+    verdicts = json.loads((run_dir / "summary.json").read_text()).get("solved_per_seed")
     return {
+        "solved": None if verdicts is None else [sum(verdicts), len(verdicts)],
         "preset": name,
         "env": env_id,
         "final_mean": mean,
@@ -126,9 +132,9 @@ def _steps(value: float | None) -> str:
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| env | esjax final (95 % CI) | esjax env steps / wall | steps to blines return "
-        "| wall to it | ≤ ¼ blines steps | blines final | blines steps |",
-        "|---|---|---|---|---|---|---|---|",
+        "| env | solved seeds | esjax final (95 % CI) | esjax env steps / wall "
+        "| steps to blines return | wall to it | ≤ ¼ blines steps | blines final | blines steps |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         reach = r["steps_to_blines"]
@@ -139,8 +145,9 @@ def table(rows: list[dict]) -> str:
             quarter = "not reached"
         wall_to = f"{r['wall_to_blines']:.0f} s" if r["wall_to_blines"] is not None else "–"
         blines = "–" if math.isnan(r["blines_return"]) else f"{r['blines_return']:g}"
+        solved = "–" if r.get("solved") is None else "{} of {}".format(*r["solved"])
         lines.append(
-            f"| {r['env']} | {r['final_mean']:.2f} ± {r['final_ci95']:.2f} "
+            f"| {r['env']} | {solved} | {r['final_mean']:.2f} ± {r['final_ci95']:.2f} "
             f"| {_steps(r['env_steps'])} / {r['wall_s']:.0f} s | {_steps(reach)} | {wall_to} "
             f"| {quarter} | {blines} | {_steps(r['blines_steps'])} |"
         )
@@ -184,6 +191,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("presets", nargs="*", default=list(BLINES))
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0, help="the first seed (report on >= 1000)")
     parser.add_argument("--out", type=Path, default=Path("runs/suite"))
     parser.add_argument("--plot-only", action="store_true")
     args = parser.parse_args()
@@ -197,7 +205,7 @@ def main() -> None:
                 continue
             rows.append(summarize(name, args.out / name))
         else:
-            rows.append(run_preset(name, args.seeds, args.out))
+            rows.append(run_preset(name, args.seeds, args.out, args.seed))
             print(table(rows[-1:]).splitlines()[-1], flush=True)
     print(table(rows))
     done = [r["preset"] for r in rows]
