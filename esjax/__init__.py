@@ -27,6 +27,7 @@ _HOMES = {
     "SavedPolicy": "esjax.saved",
     "evaluate_run": "esjax.saved",
     "load_policy": "esjax.saved",
+    "report": "esjax.report",
 }
 _SUBMODULES = ("policies",)
 
@@ -44,6 +45,7 @@ __all__ = [
     "load_policy",
     "obs_moments",
     "policies",
+    "report",
     "sweep",
     "use_cpu_cores",
 ]
@@ -62,8 +64,9 @@ def __dir__() -> list[str]:
 
 
 class _Package(types.ModuleType):
-    """esjax's module type: ``esjax.evolve`` stays the function after ``esjax.evolve`` the module
-    is imported (the import system then sets the package attribute of that name to the module)."""
+    """esjax's module type: ``esjax.evolve`` and ``esjax.report`` stay the functions after the
+    modules of those names are imported (the import system then sets the package attribute of
+    that name to the module)."""
 
     @property
     def evolve(self) -> Any:
@@ -72,6 +75,14 @@ class _Package(types.ModuleType):
     @evolve.setter
     def evolve(self, module: Any) -> None:
         """The import system naming the submodule here: the function keeps the name."""
+
+    @property
+    def report(self) -> Any:
+        return importlib.import_module("esjax.report").report
+
+    @report.setter
+    def report(self, module: Any) -> None:
+        """As for ``evolve``: the function keeps the name."""
 
 
 sys.modules[__name__].__class__ = _Package

@@ -537,6 +537,53 @@ def export(
         console.print(f"wrote {lib.write_metrics_csv(run, out_file)}", soft_wrap=True)
 
 
+@app.command(
+    epilog=_example(
+        "esjax report runs/cartpole-16seeds",
+        "esjax report runs/lr-std --reps 5000 --json",
+        "esjax report pgpe=runs/cartpole-pgpe pgpe=runs/acrobot-pgpe "
+        "open_es=runs/cartpole-open_es open_es=runs/acrobot-open_es --out reports/pgpe-vs-open_es",
+    )
+)
+@handles_errors
+def report(
+    paths: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="[LABEL=]PATH",
+            help="Run or sweep directories; LABEL= puts runs of several tasks in one "
+            "configuration (default: the directory's name; a sweep's --vary values).",
+        ),
+    ],
+    out_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Where report.json, report.md and report.png go; default: PATH for one, "
+            "the working directory for several.",
+        ),
+    ] = None,
+    reps: Annotated[int, typer.Option(min=1, help="Bootstrap resamples per interval.")] = 2000,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print report.json instead of the tables.")
+    ] = False,
+) -> None:
+    """Success rates, normalised IQM and mean with 95% intervals, performance profiles.
+
+    Scores are each seed's final policy's test return on fresh episodes (the solved verdict's
+    number). Per configuration and task: seeds solved with a Wilson interval, mean and IQM
+    return. Per configuration: IQM and mean of returns normalised to 0 = random policy and
+    1 = the task's solved_return, with stratified-bootstrap intervals (rliable: pip install
+    "esjax[report]"); for two configurations, the probability that one beats the other.
+    """
+    record = _library().report(paths, out_dir, reps=reps)
+    if as_json:
+        sys.stdout.write(json.dumps(record) + "\n")
+    else:
+        tables.show_report(console, record)
+
+
 @app.command(name="list", epilog=_example("esjax list"))
 @handles_errors
 def list_() -> None:

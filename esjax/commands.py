@@ -17,6 +17,7 @@ from esjax.plotting import plot_runs
 from esjax.preflight import checked_start
 from esjax.presets import describe
 from esjax.render import render_run
+from esjax.report import report
 from esjax.runs import read_run_config
 from esjax.strategies import catalogue
 from esjax.suites import suite_rows
@@ -40,6 +41,7 @@ __all__ = [
     "read_run_config",
     "read_spec",
     "render_run",
+    "report",
     "suite_rows",
     "sweep",
     "sweep_rows",

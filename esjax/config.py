@@ -418,6 +418,9 @@ class TaskConfig:
     scaling: ScalingConfig = field(default_factory=ScalingConfig)
     # Test return at which the task counts as solved (reported at the end of a run, drawn in plots).
     solved_return: float | None = None
+    # The mean return of a uniformly random policy on this task: the floor of ``esjax report``'s
+    # normalised score (0 = random, 1 = solved_return). Unset, the report measures it.
+    random_return: float | None = None
 
     def validate(self, where: str) -> None:
         if self.episode_length is not None:
@@ -443,6 +446,12 @@ class TaskConfig:
             _child(where, "generations"),
             f"must be positive, got {self.generations}",
         )
+        if self.random_return is not None and self.solved_return is not None:
+            _require(  # the normalised score divides by their difference
+                self.random_return < self.solved_return,
+                _child(where, "random_return"),
+                f"must be below solved_return ({self.solved_return:g}), got {self.random_return:g}",
+            )
         if self.grid:
             _require(
                 sorted(self.grid) == ["columns", "rows"],

@@ -205,3 +205,51 @@ def _show_suites(console: Console, suites: Iterable[tuple[str, str, str, bool, s
         "A task's env is a gymnax id, SUITE:NAME, or a user's own env as "
         "package.module:factory or path/to/file.py:factory (see esjax.envs)."
     )
+
+
+def show_report(console: Console, record: dict[str, Any]) -> None:
+    """:func:`esjax.report.report`: per task, then per configuration, then what was written."""
+
+    def bounds(low: float, high: float) -> str:
+        return f"[{number(low, 2)}, {number(high, 2)}]"
+
+    table = Table(title="esjax report: final policies on fresh test episodes", title_justify="left")
+    for name in ("configuration", "task", "seeds", "solved", "95% Wilson", "mean", "IQM"):
+        table.add_column(name, justify="left" if name in ("configuration", "task") else "right")
+    for entry in record["configurations"]:
+        for task, t in entry["tasks"].items():
+            judged = t["successes"] is not None
+            table.add_row(
+                entry["label"],
+                task,
+                str(t["seeds"]),
+                f"{t['successes']}/{t['seeds']}" if judged else "-",
+                bounds(*t["success_interval"]) if judged else "-",
+                number(t["mean_return"]),
+                number(t["iqm_return"]),
+            )
+    console.print(table)
+    aggregated = [e for e in record["configurations"] if e["aggregate"] is not None]
+    if aggregated:
+        table = Table(
+            title="normalised score (0: random policy, 1: solved_return), 95% stratified bootstrap",
+            title_justify="left",
+        )
+        for name in ("configuration", "tasks", "seeds", "IQM", "mean"):
+            table.add_column(name, justify="left" if name != "seeds" else "right")
+        for entry in aggregated:
+            a = entry["aggregate"]
+            cells = [f"{number(a[k]['value'], 2)} {bounds(a[k]['low'], a[k]['high'])}"
+                     for k in ("iqm", "mean")]  # fmt: skip
+            table.add_row(entry["label"], ", ".join(a["tasks"]), str(a["seeds"]), *cells)
+        console.print(table)
+    poi = record["probability_of_improvement"]
+    if poi is not None:
+        console.print(
+            f"P({poi['x']} > {poi['y']}) = {number(poi['value'], 2)} "
+            f"{bounds(poi['low'], poi['high'])} (95% interval)",
+            soft_wrap=True,
+        )
+    for note in record["notes"]:
+        console.print(Text(f"note: {note}", style="yellow"), soft_wrap=True)
+    console.print("wrote " + ", ".join(record["files"].values()), soft_wrap=True)

@@ -28,7 +28,7 @@ LAYERS = {
     ],
     "host": [
         "runs", "lifecycle", "loop", "evolve", "saved", "sweeps", "meta", "plotting", "render",
-        "trackers", "evaluation",
+        "trackers", "evaluation", "report",
     ],
     "interface": [
         "progress", "terminal", "tables", "commands", "launch", "cli", "__main__", "__init__",

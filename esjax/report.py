@@ -1,0 +1,536 @@
+"""``esjax report``: success rates, normalised aggregates and their intervals over runs and sweeps.
+
+Every score is a seed's *final policy's test return on fresh episodes*, the number the one
+``solved`` verdict (:func:`esjax.saved.verdict`) is made from, so a report's success count is
+the count of the runs' own per-seed verdicts. Per configuration and task: the success rate with
+a Wilson interval (``scipy.stats.binomtest``), the mean and IQM of the returns. Per
+configuration, over the tasks that have a ``solved_return``: the IQM and mean of returns
+normalised to 0 = a uniformly random policy and 1 = ``solved_return``, with stratified-bootstrap
+intervals, performance profiles, and for two configurations the probability of improvement.
+
+The bootstrap, IQM, profiles and probability of improvement are ``rliable``'s (the
+``esjax[report]`` extra, imported when a report is made): it is the maintained implementation of
+Agarwal et al.'s recommendations, so a report's numbers are the ones a reader gets from it on
+the same scores. Each configuration's bootstrap starts from one seed (:func:`seeded`), so the
+same runs give the same report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from esjax import runs
+from esjax.config import ConfigError, RunConfig
+from esjax.files import atomic_write
+from esjax.lifecycle import backend_modules
+from esjax.sweeps import SWEEP
+
+REPORT_JSON = "report.json"
+REPORT_MD = "report.md"
+REPORT_PNG = "report.png"
+# Bootstrap resamples: a 16-seed, one-task report's intervals move in the third decimal between
+# random states at this count, and the whole report stays within a few seconds.
+REPS = 2000
+CONFIDENCE = 0.95
+PROFILE_POINTS = 81  # thresholds on the performance profiles' x axis
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One configuration on one task: each seed's final test return and verdict."""
+
+    task: str
+    env: str
+    run_dirs: tuple[str, ...]
+    seed_ids: tuple[int, ...]
+    returns: tuple[float, ...]
+    solved: tuple[bool, ...] | None  # None: the task has no solved_return
+    solved_return: float | None
+    random_return: float | None  # the task's own, when its preset records one
+    identity: str  # the run configuration less its seeds: runs pooled into a cell must agree
+
+
+# ---------------------------------------------------------------------------- statistics
+def wilson_interval(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The Wilson score interval of a success rate: unlike the normal one, it stays inside
+    [0, 1] and is not empty at 0 or n successes, which a few seeds often give."""
+    from scipy.stats import binomtest  # lazily: scipy.stats adds most of a second to start-up
+
+    ci = binomtest(int(successes), int(n)).proportion_ci(confidence, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def _rliable() -> tuple[Any, Any]:
+    """rliable's ``library`` and ``metrics``, or one line on what to install."""
+    try:
+        from rliable import library, metrics
+    except ImportError:
+        raise ConfigError('esjax report needs rliable: pip install "esjax[report]"') from None
+    except Exception as err:  # installed, but its dependencies do not fit together
+        raise ConfigError(
+            f"rliable cannot be imported ({type(err).__name__}: {err}); "
+            'pip install -U "esjax[report]"'
+        ) from None
+    return library, metrics
+
+
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[np.random.RandomState]:
+    """A ``RandomState(seed)`` for rliable, with NumPy's global generator seeded meanwhile.
+
+    rliable 1.2's stratified bootstraps draw their resampling indices from the global generator
+    (``np.random.choice``), not from the ``random_state`` they are given, so a report is only
+    reproducible with both seeded. The caller's global state is put back afterwards.
+    """
+    saved = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        with warnings.catch_warnings():  # arch 7 warns that random_state will be renamed
+            warnings.simplefilter("ignore", FutureWarning)
+            yield np.random.RandomState(seed)
+    finally:
+        np.random.set_state(saved)
+
+
+def bootstrap(
+    scores: np.ndarray | list[np.ndarray], statistic: Any, reps: int, seed: int
+) -> dict[str, float]:
+    """``{"value", "low", "high"}``: ``statistic`` of ``scores`` (seeds x tasks, or a pair of
+    such for a comparison) and its stratified-bootstrap interval (resampling seeds within each
+    task), rliable's percentile method under :func:`seeded`."""
+    library, _ = _rliable()
+    with seeded(seed) as random_state:
+        points, intervals = library.get_interval_estimates(
+            {"scores": scores},
+            lambda *x: np.array([statistic(*x)]),
+            reps=reps,
+            confidence_interval_size=CONFIDENCE,
+            random_state=random_state,
+        )
+    low, high = np.asarray(intervals["scores"]).reshape(2)
+    return {"value": float(np.asarray(points["scores"]).item()), "low": float(low),
+            "high": float(high)}  # fmt: skip
+
+
+def aggregate(scores: np.ndarray, reps: int, seed: int) -> dict[str, dict[str, float]]:
+    """IQM and mean of a seeds x tasks matrix of normalised scores, with their intervals."""
+    _, metrics = _rliable()
+    return {
+        "iqm": bootstrap(scores, metrics.aggregate_iqm, reps, seed),
+        "mean": bootstrap(scores, metrics.aggregate_mean, reps, seed),
+    }
+
+
+def improvement(x: np.ndarray, y: np.ndarray, reps: int, seed: int) -> dict[str, float]:
+    """P(a seed of X scores above one of Y), averaged over tasks, with its interval."""
+    _, metrics = _rliable()
+    return bootstrap([x, y], metrics.probability_of_improvement, reps, seed)
+
+
+def profile(scores: np.ndarray, taus: np.ndarray, reps: int, seed: int) -> dict[str, list]:
+    """The fraction of (seed, task) scores above each threshold, with its pointwise band."""
+    library, _ = _rliable()
+    with seeded(seed) as random_state:
+        points, intervals = library.get_interval_estimates(
+            {"scores": scores},
+            lambda x: library.score_distributions(x, taus),
+            reps=reps,
+            confidence_interval_size=CONFIDENCE,
+            random_state=random_state,
+        )
+    low, high = np.asarray(intervals["scores"])
+    return {"fraction": points["scores"].tolist(), "low": low.tolist(), "high": high.tolist()}
+
+
+def normalise(returns: Sequence[float], floor: float, solved_return: float) -> np.ndarray:
+    """Returns on a scale where ``floor`` (a random policy) is 0 and ``solved_return`` is 1."""
+    return (np.asarray(returns, np.float64) - floor) / (solved_return - floor)
+
+
+# ---------------------------------------------------------------------------- reading runs
+def sources(paths: Sequence[str | Path]) -> list[tuple[str, Path]]:
+    """``(configuration label, run directory)`` for each run the paths name.
+
+    A run directory is one configuration, labelled by its directory name; a sweep directory
+    gives one per configuration, labelled by its ``--vary`` values. ``LABEL=PATH`` sets the
+    label (for a sweep, a prefix), so runs of one method on several tasks form one configuration.
+    """
+    found = []
+    for text in paths:
+        label, path = _split_label(str(text))
+        if (path / SWEEP).is_file():
+            for name, run_dir in _sweep_runs(path):
+                found.append((f"{label}: {name}" if label else name, run_dir))
+        elif (path / runs.CONFIG).is_file():
+            found.append((label or path.resolve().name, path))
+        elif path.is_dir():
+            raise ConfigError(
+                f"{path}: not a run directory (no config.json) nor a sweep (no {SWEEP})"
+            )
+        else:
+            raise ConfigError(f"{path}: no such run or sweep directory")
+    return found
+
+
+def _split_label(text: str) -> tuple[str | None, Path]:
+    """``LABEL=PATH`` -> ``(LABEL, PATH)``; a path that exists as written is never split (sweep
+    configurations' directories have ``=`` in their names)."""
+    label, sep, rest = text.partition("=")
+    if not sep or Path(text).exists() or not label or "/" in label:
+        return None, Path(text)
+    return label, Path(rest)
+
+
+def _sweep_runs(sweep_dir: Path) -> list[tuple[str, Path]]:
+    record = _read_json(sweep_dir / SWEEP)
+    try:
+        return [
+            (", ".join(e["overrides"]) or e["name"], sweep_dir / e["run_dir"])
+            for e in record["configurations"]
+        ]
+    except (KeyError, TypeError):
+        raise ConfigError(f"{sweep_dir / SWEEP}: not a sweep record") from None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{path}: cannot read it ({err})") from None
+
+
+def read_cell(run_dir: Path) -> Cell:
+    """A finished run's per-seed final test returns and verdicts, from its ``summary.json``.
+
+    A summary without test returns (a task with no ``solved_return``, or a run from before
+    summaries held them) has its final policies tested now, on the same fresh episodes.
+    """
+    config = runs.read_run_config(run_dir)
+    if not (run_dir / runs.SUMMARY).is_file():
+        raise ConfigError(
+            f"{run_dir}: the run has not finished (no {runs.SUMMARY}); "
+            f"finish it with `esjax evolve --resume --out {run_dir}`"
+        )
+    summary = _read_json(run_dir / runs.SUMMARY)
+    threshold = config.task.solved_return
+    returns, verdicts = summary.get("final_test_return_per_seed"), summary.get("solved_per_seed")
+    if returns is None or (threshold is not None and verdicts is None):
+        judged = backend_modules().saved.verdict(run_dir, config.seeds, threshold)
+        returns, verdicts = judged.final_per_seed, judged.solved_per_seed
+    if len(returns) != config.seeds or (verdicts is not None and len(verdicts) != config.seeds):
+        raise ConfigError(f"{run_dir / runs.SUMMARY}: expected {config.seeds} seeds' results")
+    return Cell(
+        task=config.task_name,
+        env=config.task.env,
+        run_dirs=(str(run_dir),),
+        seed_ids=config.seed_ids,
+        returns=tuple(float(r) for r in returns),
+        solved=None if threshold is None else tuple(bool(v) for v in verdicts),
+        solved_return=threshold,
+        random_return=config.task.random_return,
+        identity=_identity(config),
+    )
+
+
+def _identity(config: RunConfig) -> str:
+    return json.dumps(config.identity(), sort_keys=True)
+
+
+def collect(paths: Sequence[str | Path]) -> dict[str, dict[str, Cell]]:
+    """``{configuration: {task: cell}}``, in the order given.
+
+    Runs with one label on one task are pooled when they are the same configuration with
+    different seeds (``--seed 0 --seeds 8`` and ``--seed 8 --seeds 8``); anything else there is
+    an error, never a silent mix.
+    """
+    table: dict[str, dict[str, Cell]] = {}
+    for label, run_dir in sources(paths):
+        cell = read_cell(run_dir)
+        cells = table.setdefault(label, {})
+        old = cells.get(cell.task)
+        if old is None:
+            cells[cell.task] = cell
+            continue
+        if old.identity != cell.identity:
+            raise ConfigError(
+                f"{run_dir}: {label!r} already has a run of {cell.task} with another "
+                f"configuration ({old.run_dirs[0]}); label each: LABEL=PATH"
+            )
+        if set(old.seed_ids) & set(cell.seed_ids):
+            raise ConfigError(f"{run_dir}: its seeds are already in {label!r} ({old.run_dirs[0]})")
+        cells[cell.task] = replace(
+            old,
+            run_dirs=old.run_dirs + cell.run_dirs,
+            seed_ids=old.seed_ids + cell.seed_ids,
+            returns=old.returns + cell.returns,
+            solved=None if old.solved is None else old.solved + (cell.solved or ()),
+        )
+    return table
+
+
+def task_floors(table: dict[str, dict[str, Cell]]) -> dict[str, dict[str, Any]]:
+    """Per task: its ``solved_return`` and the random policy's return it is normalised from.
+
+    The floor is the task's ``random_return`` when its preset records one, else the mean return
+    of uniformly random actions on the first run's fresh test episodes (measured here).
+    """
+    first: dict[str, Cell] = {}
+    for cells in table.values():
+        for task, cell in cells.items():
+            seen = first.setdefault(task, cell)
+            if (seen.solved_return, seen.random_return) != (cell.solved_return, cell.random_return):
+                raise ConfigError(
+                    f"{task}: runs disagree on solved_return or random_return "
+                    f"({seen.run_dirs[0]}, {cell.run_dirs[0]}); report them separately"
+                )
+    floors = {}
+    for task, cell in first.items():
+        entry: dict[str, Any] = {"env": cell.env, "solved_return": cell.solved_return}
+        if cell.solved_return is not None and cell.random_return is not None:
+            entry.update(random_return=cell.random_return, source="the task's random_return")
+        elif cell.solved_return is not None:
+            saved = backend_modules().saved
+            episodes = saved.TEST_EPISODES
+            measured = saved.baseline_returns(cell.run_dirs[0], episodes, baseline="random")
+            entry.update(
+                random_return=float(np.mean(measured)),
+                source=f"random actions on {episodes} test episodes of {cell.run_dirs[0]}",
+            )
+            if not entry["random_return"] < cell.solved_return:
+                raise ConfigError(f"{task}: a random policy already reaches solved_return")
+        floors[task] = entry
+    return floors
+
+
+# ---------------------------------------------------------------------------- the report
+def _task_entry(cell: Cell, floor: dict[str, Any]) -> dict[str, Any]:
+    """One configuration on one task: seeds, verdicts, success rate, returns."""
+    _, metrics = _rliable()
+    returns = np.asarray(cell.returns)
+    entry: dict[str, Any] = {
+        "run_dirs": list(cell.run_dirs),
+        "seeds": len(returns),
+        "returns": list(cell.returns),
+        "mean_return": float(returns.mean()),
+        "iqm_return": float(metrics.aggregate_iqm(returns[:, None])),
+        "solved_per_seed": None if cell.solved is None else list(cell.solved),
+        "successes": None,
+        "success_rate": None,
+        "success_interval": None,
+        "normalised": None,
+    }
+    if cell.solved is not None:
+        k, n = sum(cell.solved), len(cell.solved)
+        entry.update(successes=k, success_rate=k / n, success_interval=wilson_interval(k, n))
+        entry["success_interval"] = list(entry["success_interval"])
+        floor_value, top = floor["random_return"], floor["solved_return"]
+        entry["normalised"] = normalise(returns, floor_value, top).tolist()
+    return entry
+
+
+def score_matrix(
+    label: str, tasks: dict[str, dict[str, Any]], notes: list[str]
+) -> tuple[list[str], np.ndarray | None]:
+    """``(tasks, seeds x tasks matrix of normalised scores)`` of one configuration.
+
+    Tasks without a ``solved_return`` have no normalised score and stay out (noted). With
+    unequal seed counts, each task's first ``min`` seeds are used, and that is noted too.
+    """
+    scored = [t for t, e in tasks.items() if e["normalised"] is not None]
+    left_out = [t for t in tasks if t not in scored]
+    if left_out:
+        notes.append(f"{label}: {', '.join(left_out)} left out of the aggregate (no solved_return)")
+    if not scored:
+        return [], None
+    counts = {t: len(tasks[t]["normalised"]) for t in scored}
+    n = min(counts.values())
+    if len(set(counts.values())) > 1:
+        shown = ", ".join(f"{t} {c}" for t, c in counts.items())
+        notes.append(f"{label}: unequal seeds per task ({shown}); the aggregate uses the first {n}")
+    return scored, np.array([tasks[t]["normalised"][:n] for t in scored]).T
+
+
+def report(
+    paths: Sequence[str | Path],
+    out: str | Path | None = None,
+    *,
+    reps: int = REPS,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Report on runs and sweeps; write ``report.json``, ``report.md`` and ``report.png``.
+
+    ``paths``: run or sweep directories, each optionally ``LABEL=PATH`` (see :func:`sources`).
+    ``out``: the directory to write into; default the path itself for one, else the working
+    directory. ``reps`` and ``seed``: the bootstrap's resamples and random state. Returns the
+    record ``report.json`` holds.
+    """
+    if not paths:
+        raise ConfigError("give at least one run or sweep directory")
+    if not isinstance(reps, int) or reps < 1:
+        raise ConfigError(f"reps must be a positive integer, got {reps!r}")
+    table = collect(paths)
+    floors = task_floors(table)
+    _rliable()  # a missing extra is said before any bootstrap
+    notes: list[str] = []
+    configurations, matrices = [], {}
+    for label, cells in table.items():
+        tasks = {task: _task_entry(cell, floors[task]) for task, cell in cells.items()}
+        scored, matrix = score_matrix(label, tasks, notes)
+        entry = {"label": label, "tasks": tasks, "aggregate": None}
+        if matrix is not None:
+            matrices[label] = (scored, matrix)
+            entry["aggregate"] = {"tasks": scored, "seeds": int(matrix.shape[0]),
+                                  **aggregate(matrix, reps, seed)}  # fmt: skip
+        configurations.append(entry)
+    record = {
+        "method": _method(reps, seed),
+        "tasks": floors,
+        "configurations": configurations,
+        "probability_of_improvement": _compare(matrices, reps, seed, notes),
+        "profiles": _profiles(matrices, reps, seed),
+        "notes": notes,
+    }
+    return write(record, _out_dir(paths, out))
+
+
+def _method(reps: int, seed: int) -> dict[str, Any]:
+    return {
+        "score": "each seed's final policy's mean return on fresh test episodes",
+        "normalised": "(return - random_return) / (solved_return - random_return)",
+        "success_interval": "Wilson score interval (scipy.stats.binomtest)",
+        "aggregate_intervals": "stratified bootstrap over seeds within tasks, percentile "
+        "(rliable.library.get_interval_estimates)",
+        "iqm": "rliable.metrics.aggregate_iqm",
+        "confidence": CONFIDENCE,
+        "reps": reps,
+        "random_state": seed,
+    }
+
+
+def _compare(matrices: dict, reps: int, seed: int, notes: list[str]) -> dict[str, Any] | None:
+    """The probability of improvement of the first configuration over the second (two only)."""
+    if len(matrices) != 2:
+        return None
+    (x_label, (x_tasks, x)), (y_label, (y_tasks, y)) = matrices.items()
+    if x_tasks != y_tasks:
+        notes.append("no probability of improvement: the two configurations have different tasks")
+        return None
+    return {"x": x_label, "y": y_label, "tasks": x_tasks, **improvement(x, y, reps, seed)}
+
+
+def _profiles(matrices: dict, reps: int, seed: int) -> dict[str, Any] | None:
+    """Performance profiles of every configuration on one set of thresholds."""
+    if not matrices:
+        return None
+    every = np.concatenate([m.ravel() for _, m in matrices.values()])
+    taus = np.linspace(min(0.0, every.min()), max(1.25, every.max()), PROFILE_POINTS)
+    curves = {label: profile(m, taus, reps, seed) for label, (_, m) in matrices.items()}
+    return {"taus": taus.tolist(), "curves": curves}
+
+
+def _out_dir(paths: Sequence[str | Path], out: str | Path | None) -> Path:
+    if out is not None:
+        return Path(out)
+    return _split_label(str(paths[0]))[1] if len(paths) == 1 else Path.cwd()
+
+
+# ---------------------------------------------------------------------------- files
+def write(record: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+    """Write the figure (when there are profiles), the Markdown and the JSON into ``out_dir``."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"{out_dir}: cannot create the report's directory ({err})") from None
+    files = {"json": str(out_dir / REPORT_JSON), "markdown": str(out_dir / REPORT_MD)}
+    if record["profiles"] is not None:
+        files["figure"] = str(plot_profiles(record["profiles"], out_dir / REPORT_PNG))
+    record = {**record, "files": files}
+    atomic_write(out_dir / REPORT_MD, markdown(record).encode())
+    runs.write_json(out_dir / REPORT_JSON, record)
+    return record
+
+
+def plot_profiles(profiles: dict[str, Any], path: Path) -> Path:
+    """Performance profiles with their 95 % bands (matplotlib's Agg canvas, no display)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 4.0), dpi=120, layout="constrained")
+    ax = fig.subplots()
+    taus = np.asarray(profiles["taus"])
+    for i, (label, curve) in enumerate(profiles["curves"].items()):
+        color = f"C{i % 10}"
+        ax.plot(taus, curve["fraction"], color=color, label=label)
+        ax.fill_between(taus, curve["low"], curve["high"], color=color, alpha=0.2, linewidth=0)
+    for x in (0.0, 1.0):
+        ax.axvline(x, color="0.6", linewidth=0.8, linestyle=":")
+    ax.set_xlabel("normalised score τ (0: random policy, 1: solved_return)")
+    ax.set_ylabel("fraction of (seed, task) scores > τ")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(fontsize=8)
+    fig.savefig(path)
+    return path
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def _ci(stats: dict[str, float]) -> str:
+    return f"{_num(stats['value'])} [{_num(stats['low'])}, {_num(stats['high'])}]"
+
+
+def markdown(record: dict[str, Any]) -> str:
+    """The report as Markdown tables a README or paper can paste."""
+    confidence = f"{record['method']['confidence']:.0%}"
+    lines = [
+        f"| configuration | task | seeds | solved | success rate [{confidence} Wilson] "
+        "| mean return | IQM return |",
+        "|---|---|---:|---:|---|---:|---:|",
+    ]
+    for entry in record["configurations"]:
+        for task, t in entry["tasks"].items():
+            solved = "–" if t["successes"] is None else f"{t['successes']}/{t['seeds']}"
+            rate = "–"
+            if t["success_rate"] is not None:
+                low, high = t["success_interval"]
+                rate = f"{_num(t['success_rate'])} [{_num(low)}, {_num(high)}]"
+            lines.append(
+                f"| {entry['label']} | {task} | {t['seeds']} | {solved} | {rate} "
+                f"| {_num(t['mean_return'], 1)} | {_num(t['iqm_return'], 1)} |"
+            )
+    aggregated = [e for e in record["configurations"] if e["aggregate"] is not None]
+    if aggregated:
+        lines += [
+            "",
+            f"| configuration | tasks | seeds | IQM normalised [{confidence}] "
+            f"| mean normalised [{confidence}] |",
+            "|---|---|---:|---|---|",
+        ]
+        for entry in aggregated:
+            a = entry["aggregate"]
+            lines.append(
+                f"| {entry['label']} | {', '.join(a['tasks'])} | {a['seeds']} "
+                f"| {_ci(a['iqm'])} | {_ci(a['mean'])} |"
+            )
+    poi = record["probability_of_improvement"]
+    if poi is not None:
+        lines += ["", f"P({poi['x']} > {poi['y']}) = {_ci(poi)} ({confidence} interval)"]
+    if "figure" in record.get("files", {}):
+        lines += ["", f"![performance profiles]({Path(record['files']['figure']).name})"]
+    method = record["method"]
+    lines += [
+        "",
+        f"Scores: {method['score']}; normalised 0 = a random policy, 1 = solved_return. "
+        f"Intervals: stratified bootstrap (rliable), {method['reps']} resamples, "
+        f"random state {method['random_state']}.",
+    ]
+    lines += [f"Note: {note}." for note in record["notes"]]
+    return "\n".join(lines) + "\n"

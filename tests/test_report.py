@@ -1,0 +1,264 @@
+"""``esjax report`` against independent computations: rliable called directly on the same score
+matrix, the Wilson interval's closed form, the runs' own per-seed verdicts, normalisation by hand.
+
+The run directories are written by esjax's own writers (a resolved ``config.json`` and a
+``summary.json`` from :class:`esjax.saved.Verdict`) with returns chosen here, so no test trains.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from esjax import runs
+from esjax.config import ConfigError
+from esjax.evolve import resolve_config
+from esjax.saved import Verdict
+
+
+def _rliable_or_skip():
+    try:
+        from rliable import library, metrics
+    except Exception as err:  # not installed, or its dependencies do not fit (see pyproject)
+        pytest.skip(f'rliable cannot be imported ({err!r}); pip install "esjax[report]"')
+    return library, metrics
+
+
+# arch 7 (under rliable) warns that the random_state argument will be renamed.
+pytestmark = pytest.mark.filterwarnings("ignore:random_state is deprecated:FutureWarning")
+REPS = 500
+CART_RANDOM = 22.0  # set as the task's random_return below
+RNG = np.random.default_rng(7)
+A_CART = RNG.uniform(100, 500, 12).round(1)
+B_CART = RNG.uniform(300, 500, 12).round(1)
+A_ACRO = RNG.uniform(-300, -80, 12).round(1)
+B_ACRO = RNG.uniform(-200, -70, 12).round(1)
+
+
+def make_run(path: Path, task: str, returns, *, random_return=None, finished=True, **kw) -> Path:
+    """A run directory as ``esjax evolve`` leaves it, with these per-seed final test returns."""
+    overrides = [f"random_return={random_return!r}"] if random_return is not None else []
+    config = resolve_config(task, seeds=len(returns), overrides=overrides, **kw)
+    path.mkdir(parents=True)
+    runs.write_run_config(path, config)
+    if finished:
+        verdict = Verdict(config.task.solved_return, tuple(returns), tuple(returns))
+        runs.write_json(path / runs.SUMMARY, verdict.to_json())
+    return path
+
+
+@pytest.fixture(scope="module")
+def two_methods(tmp_path_factory):
+    """Two labelled configurations, each on cartpole and acrobot."""
+    root = tmp_path_factory.mktemp("runs")
+    paths = {
+        "a=cart": make_run(root / "a-cart", "cartpole", A_CART, random_return=CART_RANDOM),
+        "b=cart": make_run(
+            root / "b-cart", "cartpole", B_CART, random_return=CART_RANDOM, strategy="pgpe"
+        ),
+        "a=acro": make_run(root / "a-acro", "acrobot", A_ACRO, random_return=-500.0),
+        "b=acro": make_run(root / "b-acro", "acrobot", B_ACRO, random_return=-500.0, popsize=64),
+    }
+    args = [f"{k.split('=')[0]}={p}" for k, p in paths.items()]
+    return root, args
+
+
+def normalised_by_hand(returns, low, high):
+    return [(r - low) / (high - low) for r in returns]
+
+
+def matrix_by_hand(cart, acro):
+    return np.stack(
+        [normalised_by_hand(cart, CART_RANDOM, 475.0), normalised_by_hand(acro, -500.0, -100.0)],
+        axis=1,
+    )
+
+
+def test_aggregates_equal_rliable_called_directly(two_methods, tmp_path):
+    library, metrics = _rliable_or_skip()
+    from esjax.report import report
+
+    _, args = two_methods
+    record = report(args, tmp_path, reps=REPS, seed=3)
+    expected = {"a": matrix_by_hand(A_CART, A_ACRO), "b": matrix_by_hand(B_CART, B_ACRO)}
+    for entry in record["configurations"]:
+        agg = entry["aggregate"]
+        assert agg["tasks"] == ["cartpole", "acrobot"]
+        for name, func in (("iqm", metrics.aggregate_iqm), ("mean", metrics.aggregate_mean)):
+            np.random.seed(3)  # rliable 1.2 resamples from NumPy's global generator
+            points, intervals = library.get_interval_estimates(
+                {"x": expected[entry["label"]]},
+                lambda x, f=func: np.array([f(x)]),
+                reps=REPS,
+                random_state=np.random.RandomState(3),
+            )
+            assert agg[name]["value"] == pytest.approx(float(points["x"][0]))
+            assert [agg[name]["low"], agg[name]["high"]] == pytest.approx(
+                np.asarray(intervals["x"]).ravel().tolist()
+            )
+            assert agg[name]["low"] < agg[name]["value"] < agg[name]["high"]
+    # The IQM by its definition too: the mean of the middle half of all 24 scores.
+    flat = np.sort(expected["a"].ravel())
+    assert record["configurations"][0]["aggregate"]["iqm"]["value"] == pytest.approx(
+        flat[6:18].mean()
+    )
+
+
+def test_probability_of_improvement_equals_rliable(two_methods, tmp_path):
+    library, metrics = _rliable_or_skip()
+    from esjax.report import report
+
+    _, args = two_methods
+    poi = report(args, tmp_path, reps=REPS, seed=5)["probability_of_improvement"]
+    x, y = matrix_by_hand(A_CART, A_ACRO), matrix_by_hand(B_CART, B_ACRO)
+    np.random.seed(5)
+    points, intervals = library.get_interval_estimates(
+        {"xy": [x, y]},
+        lambda a, b: np.array([metrics.probability_of_improvement(a, b)]),
+        reps=REPS,
+        random_state=np.random.RandomState(5),
+    )
+    assert (poi["x"], poi["y"]) == ("a", "b")
+    assert poi["value"] == pytest.approx(float(points["xy"][0]))
+    assert [poi["low"], poi["high"]] == pytest.approx(np.asarray(intervals["xy"]).ravel().tolist())
+    # By hand: per task, the share of (x seed, y seed) pairs where x wins (ties half).
+    by_task = [
+        np.mean([(a > b) + 0.5 * (a == b) for a in x[:, t] for b in y[:, t]]) for t in range(2)
+    ]
+    assert poi["value"] == pytest.approx(np.mean(by_task))
+
+
+def test_success_rate_counts_the_runs_verdicts_with_a_wilson_interval(two_methods, tmp_path):
+    _rliable_or_skip()
+    from esjax.report import report
+
+    _, args = two_methods
+    record = report(args, tmp_path, reps=50)
+    z = 1.959963984540054  # the normal quantile for 95 %
+    for entry in record["configurations"]:
+        for task, t in entry["tasks"].items():
+            run_dir = Path(t["run_dirs"][0])
+            verdicts = json.loads((run_dir / runs.SUMMARY).read_text())["solved_per_seed"]
+            k, n = sum(verdicts), len(verdicts)
+            assert (t["successes"], t["seeds"]) == (k, n)
+            assert t["solved_per_seed"] == verdicts
+            p = k / n  # the Wilson score interval's closed form
+            centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+            half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+            assert t["success_interval"] == pytest.approx([centre - half, centre + half], abs=1e-9)
+            threshold = 475.0 if task == "cartpole" else -100.0
+            returns = [float(r) for r in t["returns"]]
+            assert verdicts == [r >= threshold for r in returns]
+
+
+def test_wilson_interval_equals_statsmodels():
+    from statsmodels.stats.proportion import proportion_confint
+
+    from esjax.report import wilson_interval
+
+    for k, n in [(0, 5), (3, 16), (16, 16), (7, 9)]:
+        assert wilson_interval(k, n) == pytest.approx(
+            proportion_confint(k, n, alpha=0.05, method="wilson")
+        )
+
+
+def test_normalisation_and_files(two_methods, tmp_path):
+    _rliable_or_skip()
+    from esjax.report import report
+
+    _, args = two_methods
+    record = report(args, tmp_path, reps=50)
+    cart = record["configurations"][0]["tasks"]["cartpole"]
+    assert cart["normalised"] == pytest.approx(normalised_by_hand(A_CART, CART_RANDOM, 475.0))
+    assert cart["mean_return"] == pytest.approx(A_CART.mean())
+    assert record["tasks"]["cartpole"]["random_return"] == CART_RANDOM
+    assert json.loads((tmp_path / "report.json").read_text()) == json.loads(json.dumps(record))
+    markdown = (tmp_path / "report.md").read_text()
+    assert "| a | cartpole | 12 |" in markdown and "P(a > b)" in markdown
+    assert (tmp_path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert record["method"]["reps"] == 50
+
+
+def test_a_sweep_gives_one_configuration_per_entry_and_same_seeds_pool(tmp_path):
+    _rliable_or_skip()
+    from esjax.report import collect
+
+    sweep = tmp_path / "sweep"
+    entries = []
+    for i, lr in enumerate((0.03, 0.1)):
+        name = f"{i:02d}-learning_rate={lr}"
+        make_run(sweep / name, "cartpole", A_CART[:4] + i)
+        over = [f"strategy_settings.learning_rate={lr}"]
+        entries.append({"name": name, "overrides": over, "run_dir": name})
+    runs.write_json(sweep / "sweep.json", {"spec": {}, "configurations": entries})
+    table = collect([sweep])
+    assert list(table) == [e["overrides"][0] for e in entries]
+    assert table[entries[1]["overrides"][0]]["cartpole"].returns == pytest.approx(A_CART[:4] + 1)
+    # Two runs of one configuration with other seeds pool; another configuration is refused.
+    make_run(tmp_path / "s0", "cartpole", A_CART[:4])
+    make_run(tmp_path / "s4", "cartpole", A_CART[4:8], seed=4)
+    pooled = collect([f"m={tmp_path / 's0'}", f"m={tmp_path / 's4'}"])["m"]["cartpole"]
+    assert pooled.returns == pytest.approx(A_CART[:8])
+    make_run(tmp_path / "other", "cartpole", A_CART[:4], seed=8, popsize=64)
+    with pytest.raises(ConfigError, match="another configuration"):
+        collect([f"m={tmp_path / 's0'}", f"m={tmp_path / 'other'}"])
+
+
+def _esjax(*args, cwd, hide_rliable=False):
+    code = "import sys\n"
+    if hide_rliable:
+        code += "sys.modules['rliable'] = None\n"
+    code += "from esjax.cli import main\nsys.argv = ['esjax', *sys.argv[1:]]\nmain()\n"
+    root = str(Path(__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path}
+    return subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+
+
+def test_bad_input_is_one_line_and_exit_2(two_methods, tmp_path):
+    root, _ = two_methods
+    unfinished = make_run(tmp_path / "unfinished", "cartpole", A_CART[:2], finished=False)
+    cases = [
+        (["report", tmp_path / "missing"], {}, "no such run or sweep directory"),
+        (["report", unfinished], {}, "has not finished"),
+        (["report", root / "a-cart", "--out", tmp_path / "o"], {"hide_rliable": True},
+         'pip install "esjax[report]"'),
+    ]  # fmt: skip
+    for argv, kw, message in cases:
+        result = _esjax(*argv, cwd=tmp_path, **kw)
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], result.stderr
+        assert "Traceback" not in result.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_prints_the_tables_and_writes_the_files(two_methods, tmp_path):
+    _rliable_or_skip()
+    _, args = two_methods
+    result = _esjax("report", *args, "--out", tmp_path, "--reps", "50", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "P(a > b)" in result.stdout and "report.png" in result.stdout
+    for name in ("report.json", "report.md", "report.png"):
+        assert (tmp_path / name).is_file()
+    record = json.loads((tmp_path / "report.json").read_text())
+    assert [e["label"] for e in record["configurations"]] == ["a", "b"]
+
+
+def test_random_return_at_or_above_solved_return_is_refused():
+    with pytest.raises(ConfigError, match="random_return: must be below solved_return"):
+        resolve_config("cartpole", overrides=["random_return=475.0"])
