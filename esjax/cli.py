@@ -242,8 +242,15 @@ def evolve(
 def eval_(
     run: RunArgument,
     episodes: Annotated[
-        int, typer.Option("--episodes", "-n", min=1, help="Test episodes (per cell with --grid).")
-    ] = 128,
+        int | None,
+        typer.Option(
+            "--episodes",
+            "-n",
+            min=1,
+            help="Test episodes (per cell with --grid); default: the task's test_episodes (128 "
+            "unless it sets its own), the solved verdict's.",
+        ),
+    ] = None,
     split: Annotated[
         str | None,
         typer.Option(help="Env-parameter split to test on (a task's [splits]); default: train."),
@@ -312,7 +319,7 @@ def eval_(
         record, json_path, png_path = lib.grid_record(
             run,
             grid_axis or (),
-            episodes=episodes,
+            **({} if episodes is None else {"episodes": episodes}),
             seed=seed,
             which=which.value,
             out=out_file,
@@ -468,8 +475,14 @@ def sweep(
         bool, typer.Option("--overwrite", help="Replace an existing sweep directory.")
     ] = False,
     episodes: Annotated[
-        int, typer.Option("--episodes", "-n", min=1, help="Fresh test episodes per policy.")
-    ] = 128,
+        int | None,
+        typer.Option(
+            "--episodes",
+            "-n",
+            min=1,
+            help="Fresh test episodes per policy; default: the task's test_episodes.",
+        ),
+    ] = None,
     log: Annotated[list[str] | None, LOG_OPTION] = None,
 ) -> None:
     """Run TASK for every combination of the --vary values x seeds; compare them.

@@ -33,7 +33,7 @@ def plain(value: Any) -> Any:
 
 
 def policy_record(
-    run: str | Path, episodes: int, split: str | None, seed: int, which: str
+    run: str | Path, episodes: int | None, split: str | None, seed: int, which: str
 ) -> dict[str, Any]:
     """The saved policy's test return on fresh episodes: episodes, mean, std, min, max, returns."""
     result = evaluate_run(run, episodes=episodes, split=split, seed=seed, which=which)
@@ -46,7 +46,7 @@ def policy_record(
 
 
 def baseline_record(
-    run: str | Path, episodes: int, split: str | None, seed: int, which: str, baseline: str
+    run: str | Path, episodes: int | None, split: str | None, seed: int, which: str, baseline: str
 ) -> dict[str, Any]:
     """The policy, the zero action and ``baseline`` on the same test episodes.
 
@@ -55,8 +55,10 @@ def baseline_record(
     scale where the zero action is 0 and the analytic controller 1; with the random one
     (uniformly random actions), ``margin_over_random`` is the policy's mean less its mean.
     A task the baseline has no controller for fails before the policy's episodes are played.
+    ``episodes`` None: the task's ``test_episodes``.
     """
     config, rollout = make_test_rollout(run, split)
+    episodes = config.task.test_episodes if episodes is None else episodes
     if baseline == "analytic":
         baseline_rollout(rollout, baseline)  # no controller for this env: fail first
     policy = evaluate_run(run, episodes, split, seed, which, built=(config, rollout))

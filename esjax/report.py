@@ -296,6 +296,11 @@ def task_floors(table: dict[str, dict[str, Cell]]) -> dict[str, dict[str, Any]]:
         entry: dict[str, Any] = {"env": cell.env, "solved_return": cell.solved_return}
         if cell.solved_return is not None and cell.random_return is not None:
             entry.update(random_return=cell.random_return, source="the task's random_return")
+            if not cell.random_return < cell.solved_return:  # e.g. solved_return lowered by --set
+                raise ConfigError(
+                    f"{task}: random_return ({cell.random_return:g}) must be below solved_return "
+                    f"({cell.solved_return:g}) to normalise by them; set both"
+                )
         elif cell.solved_return is not None:
             saved = backend_modules().saved
             episodes = saved.TEST_EPISODES

@@ -29,14 +29,15 @@ import numpy as np
 
 from esjax import runs
 from esjax.baselines import check_baseline, reference_returns
-from esjax.config import ConfigError, RunConfig, TaskConfig
+from esjax.config import DEFAULT_TEST_EPISODES, ConfigError, RunConfig, TaskConfig
 from esjax.engine import flat_template, seed_keys
 from esjax.episode import EpisodeStep, episode_keys, split_step_key, step_keys
 from esjax.rollout import ObsStats
 from esjax.tasks import shared_rollout
 
-# Fresh test episodes per seed behind the verdict and ``esjax eval``'s default.
-TEST_EPISODES = 128
+# Fresh test episodes per seed behind the verdict and ``esjax eval``'s default, unless the task
+# sets its own ``test_episodes``.
+TEST_EPISODES = DEFAULT_TEST_EPISODES
 
 
 # ---------------------------------------------------------------------------- a rollout for tests
@@ -143,7 +144,7 @@ def load_policy(run_dir: str | Path, which: str = "final", seed: int = 0) -> Con
 
 def evaluate_run(
     run_dir: str | Path,
-    episodes: int = TEST_EPISODES,
+    episodes: int | None = None,
     split: str | None = None,
     seed: int = 0,
     which: str = "final",
@@ -153,11 +154,13 @@ def evaluate_run(
 
     Deterministic actions (unless the task samples them) and the policy's frozen
     normalisation statistics; ``seed`` is the seed index within the run; ``split`` a task
-    split (default: the training distribution); ``built`` a :func:`make_test_rollout` to reuse.
+    split (default: the training distribution); ``built`` a :func:`make_test_rollout` to reuse;
+    ``episodes`` default: the task's ``test_episodes``, the verdict's.
     """
+    built = built or make_test_rollout(run_dir, split)
+    episodes = built[0].task.test_episodes if episodes is None else episodes
     if not isinstance(episodes, int) or episodes <= 0:
         raise ConfigError(f"episodes must be a positive integer, got {episodes!r}")
-    built = built or make_test_rollout(run_dir, split)
     returns = SavedPolicy.load(run_dir, which, seed, built=built).test_returns(episodes)
     return {
         "mean": float(np.mean(returns)),
@@ -199,6 +202,7 @@ class Verdict:
     threshold: float | None
     final_per_seed: tuple[float, ...]  # mean test return of each seed's final policy
     best_per_seed: tuple[float, ...]  # reported beside the verdict, never part of it
+    episodes: int = TEST_EPISODES  # the fresh test episodes each mean is taken over
 
     @property
     def final_return(self) -> float:
@@ -224,7 +228,7 @@ class Verdict:
             "solved_threshold": self.threshold,
             "solved": self.solved,
             "solved_per_seed": None if self.solved_per_seed is None else list(self.solved_per_seed),
-            "test_episodes": TEST_EPISODES,
+            "test_episodes": self.episodes,
             "final_test_return": self.final_return,
             "final_test_return_per_seed": list(self.final_per_seed),
             "best_test_return": self.best_return,
@@ -238,16 +242,18 @@ def solved(test_return: float, threshold: float) -> bool:
 
 
 def verdict(run_dir: str | Path, seeds: int, threshold: float | None) -> Verdict:
-    """Test every seed's final and best saved policy on fresh episodes and judge the run."""
+    """Test every seed's final and best saved policy on the task's ``test_episodes`` fresh
+    episodes and judge the run."""
     built = make_test_rollout(run_dir)
+    episodes = built[0].task.test_episodes
     tested = {
         which: tuple(
-            float(np.mean(SavedPolicy.load(run_dir, which, s, built=built).test_returns()))
+            float(np.mean(SavedPolicy.load(run_dir, which, s, built=built).test_returns(episodes)))
             for s in range(seeds)
         )
         for which in ("final", "best")
     }
-    return Verdict(threshold, tested["final"], tested["best"])
+    return Verdict(threshold, tested["final"], tested["best"], episodes)
 
 
 def read_verdict(summary: dict[str, Any]) -> Verdict | None:
@@ -258,7 +264,8 @@ def read_verdict(summary: dict[str, Any]) -> Verdict | None:
     )
     if final is None or best is None:
         return None
-    return Verdict(summary.get("solved_threshold"), tuple(final), tuple(best))
+    episodes = int(summary.get("test_episodes", TEST_EPISODES))
+    return Verdict(summary.get("solved_threshold"), tuple(final), tuple(best), episodes)
 
 
 # ---------------------------------------------------------------------------- control

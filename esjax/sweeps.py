@@ -130,7 +130,7 @@ def sweep(
     out: str | Path | None = None,
     resume: bool = False,
     overwrite: bool = False,
-    test_episodes: int = 128,
+    test_episodes: int | None = None,
     log: Sequence[str] = (),
     on_progress: Callable[[dict[str, Any]], None] | None = None,
     on_configuration: Callable[[Configuration, int, int], None] | None = None,
@@ -440,17 +440,19 @@ def summarize(sweep_dir: Path, grid: Sequence[Configuration], spec: dict[str, An
     returns are read from it too unless the sweep asked for another number of test episodes.
     """
     saved = backend_modules().saved
-    episodes = int(spec.get("test_episodes") or saved.TEST_EPISODES)
+    asked = spec.get("test_episodes")  # None: each task's own test_episodes, the verdict's
     results = []
     for configuration in grid:
         run_dir = sweep_dir / configuration.name
         config = runs.read_run_config(run_dir)
+        episodes = int(asked or config.task.test_episodes)
         judged = saved.read_verdict(_read_summary(run_dir))
         entry: dict[str, Any] = {
             "name": configuration.name,
             "overrides": list(configuration.overrides),
             "values": configuration.values,
             "run_dir": configuration.name,
+            "test_episodes": episodes,
         }
         tested = _test_returns(run_dir, config, episodes, judged)
         for which, per_seed in tested.items():
@@ -472,7 +474,7 @@ def summarize(sweep_dir: Path, grid: Sequence[Configuration], spec: dict[str, An
     return {
         "spec": spec,
         "sweep_dir": str(sweep_dir),
-        "test_episodes": episodes,
+        "test_episodes": asked,
         "configurations": results,
         "figure": FIGURE,
     }
@@ -495,7 +497,7 @@ def _verdict_of(run_dir: Path, config: RunConfig, threshold: float) -> Any:
 def _test_returns(run_dir: Path, config: RunConfig, episodes: int, judged: Any) -> dict[str, list]:
     """Per-seed mean test return of the final and best policy (the verdict's when it fits)."""
     saved = backend_modules().saved
-    if judged is not None and episodes == saved.TEST_EPISODES:
+    if judged is not None and episodes == judged.episodes:
         return {"final": list(judged.final_per_seed), "best": list(judged.best_per_seed)}
     built = saved.make_test_rollout(run_dir)  # shared by configurations of the same task
     return {

@@ -88,6 +88,10 @@ BAD_INPUT = {
         ["evolve", "pendulum", "--set", "episode_length=0"],
         ["episode_length", "must be positive"],
     ),
+    "test_episodes_zero": (
+        ["evolve", "pendulum", "--set", "test_episodes=0"],
+        ["test_episodes", "must be a positive integer"],
+    ),
     "toml_does_not_parse": (["evolve", "bad.toml"], ["bad.toml", "not valid TOML"]),
     "not_a_run_directory": (
         ["evolve", "--resume", "--out", "plain"],

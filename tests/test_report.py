@@ -259,6 +259,11 @@ def test_cli_prints_the_tables_and_writes_the_files(two_methods, tmp_path):
     assert [e["label"] for e in record["configurations"]] == ["a", "b"]
 
 
-def test_random_return_at_or_above_solved_return_is_refused():
-    with pytest.raises(ConfigError, match="random_return: must be below solved_return"):
-        resolve_config("cartpole", overrides=["random_return=475.0"])
+def test_random_return_at_or_above_solved_return_is_refused_by_the_report(tmp_path):
+    """A run may lower solved_return below the preset's random_return (a --set); only the
+    report, which divides by their difference, refuses it."""
+    run = make_run(tmp_path / "run", "cartpole", A_CART, random_return=475.0)
+    from esjax.report import report
+
+    with pytest.raises(ConfigError, match=r"random_return \(475\) must be below solved_return"):
+        report([run], tmp_path / "out", reps=10)

@@ -67,3 +67,20 @@ def test_a_sweeps_per_seed_verdicts_are_each_runs_own(threshold, tmp_path):
         assert entry["solved_per_seed"] == summary["solved_per_seed"] == expected
         assert entry["solved_seeds"] == sum(expected)
         assert summary["solved"] is (summary["final_test_return"] >= threshold)
+
+
+def test_a_tasks_test_episodes_set_the_verdicts_episodes_and_evals_default(threshold, tmp_path):
+    """``test_episodes = 37``: the verdict is the mean over 37 fresh episodes, and so is
+    ``esjax eval``'s default; 128 episodes (the default elsewhere) give another mean."""
+    out = tmp_path / "run"
+    overrides = [*TINY, f"solved_return={threshold!r}", "test_episodes=37"]
+    evolve("pendulum", **RUN, out=out, overrides=overrides)
+    summary = json.loads((out / "summary.json").read_text())
+    on_37 = evaluate_run(out, episodes=37)
+    assert summary["test_episodes"] == 37 and on_37["episodes"] == 37
+    assert summary["final_test_return"] == pytest.approx(on_37["mean"], rel=1e-6)
+    assert summary["solved_per_seed"] == [on_37["mean"] >= threshold]
+    assert evaluate_run(out, episodes=128)["mean"] != pytest.approx(on_37["mean"], rel=1e-6)
+    printed = esjax("eval", str(out), "--json", cwd=tmp_path)
+    assert printed.returncode == 0, printed.stderr
+    assert json.loads(printed.stdout)["episodes"] == 37
