@@ -217,6 +217,7 @@ ACTION_MODES = ("greedy", "sample")
 # Fresh test episodes per seed behind the solved verdict, unless a task sets ``test_episodes``.
 DEFAULT_TEST_EPISODES = 128
 
+
 @dataclass(frozen=True)
 class ParamDistribution:
     """How one env parameter is drawn per rollout.
