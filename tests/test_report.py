@@ -267,3 +267,35 @@ def test_random_return_at_or_above_solved_return_is_refused_by_the_report(tmp_pa
 
     with pytest.raises(ConfigError, match=r"random_return \(475\) must be below solved_return"):
         report([run], tmp_path / "out", reps=10)
+
+
+def test_a_real_run_without_recorded_returns_or_floor_is_tested_and_measured(tmp_path):
+    """A trained run whose task records no ``random_return`` and whose summary lost its
+    per-seed test returns: the report tests the final policies itself (the same numbers
+    :func:`esjax.saved.evaluate_run` gives) and measures the floor with the random baseline on
+    the run's test episodes."""
+    _rliable_or_skip()
+    from esjax.evolve import evolve
+    from esjax.report import report
+    from esjax.saved import baseline_returns, evaluate_run
+
+    task = tmp_path / "cart.toml"
+    task.write_text('env = "CartPole-v1"\nepisode_length = 40\nsolved_return = 30.0\n')
+    run = tmp_path / "run"
+    evolve(str(task), popsize=8, rollouts=1, generations=2, seeds=2, out=run,
+           overrides=["evaluation.every=2", "evaluation.episodes=2"])  # fmt: skip
+    summary = json.loads((run / runs.SUMMARY).read_text())
+    for key in ("final_test_return_per_seed", "solved_per_seed"):
+        summary.pop(key)
+    runs.write_json(run / runs.SUMMARY, summary)
+
+    record = report([run], tmp_path / "out", reps=20)
+    cell = record["configurations"][0]["tasks"]["cart"]
+    expected = [evaluate_run(run, seed=s)["mean"] for s in range(2)]
+    assert cell["returns"] == pytest.approx(expected, rel=1e-6)
+    assert cell["solved_per_seed"] == [r >= 30.0 for r in expected]
+    floor = record["tasks"]["cart"]
+    assert floor["random_return"] == pytest.approx(
+        float(np.mean(baseline_returns(run, 128, baseline="random"))), rel=1e-6
+    )
+    assert "random actions" in floor["source"]
