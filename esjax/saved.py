@@ -157,10 +157,11 @@ def evaluate_run(
     split (default: the training distribution); ``built`` a :func:`make_test_rollout` to reuse;
     ``episodes`` default: the task's ``test_episodes``, the verdict's.
     """
+    if episodes is not None and (not isinstance(episodes, int) or episodes <= 0):
+        # checked before the test rollout is built (seconds), so a bad count fails at once
+        raise ConfigError(f"episodes must be a positive integer, got {episodes!r}")
     built = built or make_test_rollout(run_dir, split)
     episodes = built[0].task.test_episodes if episodes is None else episodes
-    if not isinstance(episodes, int) or episodes <= 0:
-        raise ConfigError(f"episodes must be a positive integer, got {episodes!r}")
     returns = SavedPolicy.load(run_dir, which, seed, built=built).test_returns(episodes)
     return {
         "mean": float(np.mean(returns)),
