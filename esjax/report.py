@@ -31,6 +31,7 @@ from esjax import runs
 from esjax.config import ConfigError, RunConfig
 from esjax.files import atomic_write
 from esjax.lifecycle import backend_modules
+from esjax.stats import wilson_interval
 from esjax.sweeps import SWEEP
 
 REPORT_JSON = "report.json"
@@ -59,15 +60,6 @@ class Cell:
 
 
 # ---------------------------------------------------------------------------- statistics
-def wilson_interval(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """The Wilson score interval of a success rate: unlike the normal one, it stays inside
-    [0, 1] and is not empty at 0 or n successes, which a few seeds often give."""
-    from scipy.stats import binomtest  # lazily: scipy.stats adds most of a second to start-up
-
-    ci = binomtest(int(successes), int(n)).proportion_ci(confidence, method="wilson")
-    return float(ci.low), float(ci.high)
-
-
 def _rliable() -> tuple[Any, Any]:
     """rliable's ``library`` and ``metrics``, or one line on what to install."""
     try:
@@ -219,7 +211,7 @@ def read_cell(run_dir: Path) -> Cell:
             f"{run_dir}: the run has not finished (no {runs.SUMMARY}); "
             f"finish it with `esjax evolve --resume --out {run_dir}`"
         )
-    summary = _read_json(run_dir / runs.SUMMARY)
+    summary = runs.read_summary(run_dir)
     threshold = config.task.solved_return
     returns, verdicts = summary.get("final_test_return_per_seed"), summary.get("solved_per_seed")
     if returns is None or (threshold is not None and verdicts is None):

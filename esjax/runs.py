@@ -222,6 +222,15 @@ def append_metrics(run_dir: str | Path, rows: Iterable[dict[str, Any]]) -> None:
         os.fsync(handle.fileno())
 
 
+def read_summary(run_dir: str | Path) -> dict[str, Any]:
+    """A finished run's ``summary.json``; an unreadable one is one clear error."""
+    path = Path(run_dir) / SUMMARY
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{path}: cannot read the run's summary ({err})") from None
+
+
 def load_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     """The rows of ``metrics.jsonl``; a torn last line (a crash mid-write) is skipped."""
     path = Path(run_dir) / METRICS

@@ -1,4 +1,7 @@
-"""Confidence intervals of a mean: the one place esjax computes them (NumPy and SciPy, no JAX).
+"""Confidence intervals: the one place esjax computes them (NumPy and SciPy, no JAX).
+
+A mean's Student-t interval (below), and a success rate's Wilson interval
+(:func:`wilson_interval`, the seeds solved that ``esjax report`` gives).
 
 Plots, meta-evolution tables, sweep summaries and the benchmark scripts all report a mean over
 a few seeds with a two-sided Student-t interval. They used to carry hand-typed quantile tables
@@ -82,3 +85,12 @@ def interval_bounds(
     if len(data) < 2:
         return {"mean": mean, "low": None, "high": None}
     return {"mean": mean, "low": mean - half, "high": mean + half}
+
+
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The Wilson score interval of a success rate: unlike the normal one, it stays inside
+    [0, 1] and is not empty at 0 or n successes, which a few seeds often give."""
+    from scipy.stats import binomtest  # lazily: see the module's docstring
+
+    ci = binomtest(int(successes), int(n)).proportion_ci(confidence, method="wilson")
+    return float(ci.low), float(ci.high)

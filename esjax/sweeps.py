@@ -446,7 +446,7 @@ def summarize(sweep_dir: Path, grid: Sequence[Configuration], spec: dict[str, An
         run_dir = sweep_dir / configuration.name
         config = runs.read_run_config(run_dir)
         episodes = int(asked or config.task.test_episodes)
-        judged = saved.read_verdict(_read_summary(run_dir))
+        judged = saved.read_verdict(runs.read_summary(run_dir))
         entry: dict[str, Any] = {
             "name": configuration.name,
             "overrides": list(configuration.overrides),
@@ -478,15 +478,6 @@ def summarize(sweep_dir: Path, grid: Sequence[Configuration], spec: dict[str, An
         "configurations": results,
         "figure": FIGURE,
     }
-
-
-def _read_summary(run_dir: Path) -> dict[str, Any]:
-    try:
-        return json.loads((run_dir / runs.SUMMARY).read_text())
-    except (OSError, ValueError) as err:
-        raise ConfigError(
-            f"{run_dir / runs.SUMMARY}: cannot read the run's summary ({err})"
-        ) from None
 
 
 def _verdict_of(run_dir: Path, config: RunConfig, threshold: float) -> Any:

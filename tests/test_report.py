@@ -161,7 +161,7 @@ def test_success_rate_counts_the_runs_verdicts_with_a_wilson_interval(two_method
 def test_wilson_interval_equals_statsmodels():
     from statsmodels.stats.proportion import proportion_confint
 
-    from esjax.report import wilson_interval
+    from esjax.stats import wilson_interval
 
     for k, n in [(0, 5), (3, 16), (16, 16), (7, 9)]:
         assert wilson_interval(k, n) == pytest.approx(
