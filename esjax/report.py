@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -92,54 +92,59 @@ def seeded(seed: int) -> Iterator[np.random.RandomState]:
         np.random.set_state(saved)
 
 
-def bootstrap(
-    scores: np.ndarray | list[np.ndarray], statistic: Any, reps: int, seed: int
-) -> dict[str, float]:
-    """``{"value", "low", "high"}``: ``statistic`` of ``scores`` (seeds x tasks, or a pair of
-    such for a comparison) and its stratified-bootstrap interval (resampling seeds within each
-    task), rliable's percentile method under :func:`seeded`."""
+def _interval_estimates(
+    scores: np.ndarray | list[np.ndarray], statistic: Callable, reps: int, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``statistic`` (a vector) of ``scores`` and the lower and upper ends of each component's
+    stratified-bootstrap interval (seeds resampled within each task): rliable's percentile
+    method under :func:`seeded`. One call resamples once for every component."""
     library, _ = _rliable()
     with seeded(seed) as random_state:
         points, intervals = library.get_interval_estimates(
             {"scores": scores},
-            lambda *x: np.array([statistic(*x)]),
+            statistic,
             reps=reps,
             confidence_interval_size=CONFIDENCE,
             random_state=random_state,
         )
-    low, high = np.asarray(intervals["scores"]).reshape(2)
-    return {"value": float(np.asarray(points["scores"]).item()), "low": float(low),
-            "high": float(high)}  # fmt: skip
+    low, high = np.asarray(intervals["scores"]).reshape(2, -1)
+    return np.asarray(points["scores"]).reshape(-1), low, high
+
+
+def bootstrap(
+    scores: np.ndarray | list[np.ndarray], statistics: dict[str, Callable], reps: int, seed: int
+) -> dict[str, dict[str, float]]:
+    """``{name: {"value", "low", "high"}}`` for each named statistic of ``scores`` (seeds x
+    tasks, or a pair of such for a comparison), all from the same resamples."""
+    names = list(statistics)
+    value, low, high = _interval_estimates(
+        scores, lambda *x: np.array([statistics[name](*x) for name in names]), reps, seed
+    )
+    return {name: {"value": float(value[i]), "low": float(low[i]), "high": float(high[i])}
+            for i, name in enumerate(names)}  # fmt: skip
 
 
 def aggregate(scores: np.ndarray, reps: int, seed: int) -> dict[str, dict[str, float]]:
     """IQM and mean of a seeds x tasks matrix of normalised scores, with their intervals."""
     _, metrics = _rliable()
-    return {
-        "iqm": bootstrap(scores, metrics.aggregate_iqm, reps, seed),
-        "mean": bootstrap(scores, metrics.aggregate_mean, reps, seed),
-    }
+    return bootstrap(
+        scores, {"iqm": metrics.aggregate_iqm, "mean": metrics.aggregate_mean}, reps, seed
+    )
 
 
 def improvement(x: np.ndarray, y: np.ndarray, reps: int, seed: int) -> dict[str, float]:
     """P(a seed of X scores above one of Y), averaged over tasks, with its interval."""
     _, metrics = _rliable()
-    return bootstrap([x, y], metrics.probability_of_improvement, reps, seed)
+    return bootstrap([x, y], {"p": metrics.probability_of_improvement}, reps, seed)["p"]
 
 
 def profile(scores: np.ndarray, taus: np.ndarray, reps: int, seed: int) -> dict[str, list]:
     """The fraction of (seed, task) scores above each threshold, with its pointwise band."""
     library, _ = _rliable()
-    with seeded(seed) as random_state:
-        points, intervals = library.get_interval_estimates(
-            {"scores": scores},
-            lambda x: library.score_distributions(x, taus),
-            reps=reps,
-            confidence_interval_size=CONFIDENCE,
-            random_state=random_state,
-        )
-    low, high = np.asarray(intervals["scores"])
-    return {"fraction": points["scores"].tolist(), "low": low.tolist(), "high": high.tolist()}
+    fraction, low, high = _interval_estimates(
+        scores, lambda x: library.score_distributions(x, taus), reps, seed
+    )
+    return {"fraction": fraction.tolist(), "low": low.tolist(), "high": high.tolist()}
 
 
 def normalise(returns: Sequence[float], floor: float, solved_return: float) -> np.ndarray:
