@@ -33,7 +33,7 @@ import esjax
 esjax.use_cpu_cores()  # before JAX starts: one CPU device per core
 
 from esjax.evolve import clear_engine_cache, evolve  # noqa: E402
-from esjax.runs import load_metrics  # noqa: E402
+from esjax.runs import load_metrics, read_summary  # noqa: E402
 from esjax.stats import mean_interval  # noqa: E402
 
 # preset -> (env id, blines ES final test return, env steps it took, blines failed?)
@@ -107,7 +107,7 @@ def summarize(name: str, run_dir: Path) -> dict:
     mean, half = mean_ci(finals)
     reach = first_reach(curves, target)
     last = [rows[-1] for rows in curves.values()]
-    verdicts = json.loads((run_dir / "summary.json").read_text()).get("solved_per_seed")
+    verdicts = read_summary(run_dir).get("solved_per_seed")
     return {
         "solved": None if verdicts is None else [sum(verdicts), len(verdicts)],
         "preset": name,
