@@ -56,6 +56,7 @@ class Cell:
     solved: tuple[bool, ...] | None  # None: the task has no solved_return
     solved_return: float | None
     random_return: float | None  # the task's own, when its preset records one
+    test_episodes: int  # the fresh episodes behind each verdict; a measured floor uses as many
     identity: str  # the run configuration less its seeds: runs pooled into a cell must agree
 
 
@@ -233,6 +234,7 @@ def read_cell(run_dir: Path) -> Cell:
         solved=None if threshold is None else tuple(bool(v) for v in verdicts),
         solved_return=threshold,
         random_return=config.task.random_return,
+        test_episodes=config.task.test_episodes,
         identity=_identity(config),
     )
 
@@ -277,7 +279,8 @@ def task_floors(table: dict[str, dict[str, Cell]]) -> dict[str, dict[str, Any]]:
     """Per task: its ``solved_return`` and the random policy's return it is normalised from.
 
     The floor is the task's ``random_return`` when its preset records one, else the mean return
-    of uniformly random actions on the first run's fresh test episodes (measured here).
+    of uniformly random actions on the first run's fresh test episodes, as many as the task's
+    ``test_episodes`` (measured here).
     """
     first: dict[str, Cell] = {}
     for cells in table.values():
@@ -299,9 +302,10 @@ def task_floors(table: dict[str, dict[str, Cell]]) -> dict[str, dict[str, Any]]:
                     f"({cell.solved_return:g}) to normalise by them; set both"
                 )
         elif cell.solved_return is not None:
-            saved = backend_modules().saved
-            episodes = saved.TEST_EPISODES
-            measured = saved.baseline_returns(cell.run_dirs[0], episodes, baseline="random")
+            episodes = cell.test_episodes  # the floor on the episodes the verdicts are on
+            measured = backend_modules().saved.baseline_returns(
+                cell.run_dirs[0], episodes, baseline="random"
+            )
             entry.update(
                 random_return=float(np.mean(measured)),
                 source=f"random actions on {episodes} test episodes of {cell.run_dirs[0]}",

@@ -273,14 +273,17 @@ def test_a_real_run_without_recorded_returns_or_floor_is_tested_and_measured(tmp
     """A trained run whose task records no ``random_return`` and whose summary lost its
     per-seed test returns: the report tests the final policies itself (the same numbers
     :func:`esjax.saved.evaluate_run` gives) and measures the floor with the random baseline on
-    the run's test episodes."""
+    the run's test episodes, as many as the task's ``test_episodes`` (37 here, not the default
+    128, whose floor is another number)."""
     _rliable_or_skip()
     from esjax.evolve import evolve
     from esjax.report import report
     from esjax.saved import baseline_returns, evaluate_run
 
     task = tmp_path / "cart.toml"
-    task.write_text('env = "CartPole-v1"\nepisode_length = 40\nsolved_return = 30.0\n')
+    task.write_text(
+        'env = "CartPole-v1"\nepisode_length = 40\nsolved_return = 30.0\ntest_episodes = 37\n'
+    )
     run = tmp_path / "run"
     evolve(str(task), popsize=8, rollouts=1, generations=2, seeds=2, out=run,
            overrides=["evaluation.every=2", "evaluation.episodes=2"])  # fmt: skip
@@ -295,7 +298,8 @@ def test_a_real_run_without_recorded_returns_or_floor_is_tested_and_measured(tmp
     assert cell["returns"] == pytest.approx(expected, rel=1e-6)
     assert cell["solved_per_seed"] == [r >= 30.0 for r in expected]
     floor = record["tasks"]["cart"]
-    assert floor["random_return"] == pytest.approx(
-        float(np.mean(baseline_returns(run, 128, baseline="random"))), rel=1e-6
-    )
-    assert "random actions" in floor["source"]
+    on_37 = float(np.mean(baseline_returns(run, 37, baseline="random")))
+    on_128 = float(np.mean(baseline_returns(run, 128, baseline="random")))
+    assert on_37 != pytest.approx(on_128, rel=1e-6)  # so the count is what the check tells
+    assert floor["random_return"] == pytest.approx(on_37, rel=1e-6)
+    assert "random actions on 37 test episodes" in floor["source"]
