@@ -1,20 +1,22 @@
 """The gymnax ES suite: every env gymnax-blines trained ES on, esjax's preset against its row.
 
 For each preset, one ``esjax.evolve`` with ``--seeds`` seeds vmapped in one program (the
-preset's own defaults otherwise). The search mean is evaluated on held-out episodes on the
-preset's schedule. Reported per env: the final test return (mean and 95 % t-interval over
-seeds), and the env steps and wall time (since ``evolve`` was called, compile included) at the
-first evaluation where *every* seed's test return has reached the blines final return, beside
-the blines row (final return and the env steps it took). Wall times are on whatever machine
-this runs on; say "shared machine" when quoting them from a loaded host.
+preset's own defaults otherwise). Reported per env, over the seeds:
 
-    python benchmarks/suite.py                          # every env, 3 seeds
+- the success rate: seeds whose final policy's test return on fresh episodes reaches the
+  preset's ``solved_return`` (each run's own verdict in ``summary.json``, the count ``esjax
+  report`` gives), with its Wilson 95 % interval;
+- the IQM of those final test returns with its bootstrap 95 % interval (``esjax.report``);
+- the env steps and wall time (since ``evolve`` was called, compile included) at which the
+  median seed's test return (search mean, held-out episodes, the preset's evaluation schedule)
+  first reached the blines final return, and how many seeds reached it at all;
+
+beside the blines row (final return and the env steps it took). Wall times are on whatever
+machine this runs on; say "shared machine" when quoting them from a loaded host.
+
+    python benchmarks/suite.py --seeds 16 --seed 1000    # every env, 16 fresh seeds
     python benchmarks/suite.py catch deep-sea --seeds 3 --out /tmp/suite
     python benchmarks/suite.py --plot-only --out /tmp/suite   # table and figure from saved runs
-    python benchmarks/suite.py catch --seeds 16 --seed 1000   # 16 fresh seeds: the success rate
-
-"Solved" is each run's own per-seed verdict (``summary.json``: the final policy's test return
-on fresh episodes against the preset's ``solved_return``), the count ``esjax report`` gives.
 
 Blines numbers: gymnax-blines ``agents/<env>/es.pkl`` test returns and env steps, as quoted in
 issue 12 of this project (OpenES, popsize 100 x 20 rollouts, unless noted there).
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import time
 from pathlib import Path
 
@@ -33,8 +36,9 @@ import esjax
 esjax.use_cpu_cores()  # before JAX starts: one CPU device per core
 
 from esjax.evolve import clear_engine_cache, evolve  # noqa: E402
-from esjax.runs import load_metrics, read_summary  # noqa: E402
-from esjax.stats import mean_interval  # noqa: E402
+from esjax.report import REPS, read_cell, task_iqm  # noqa: E402
+from esjax.runs import load_metrics  # noqa: E402
+from esjax.stats import wilson_interval  # noqa: E402
 
 # preset -> (env id, blines ES final test return, env steps it took, blines failed?)
 BLINES = {
@@ -61,11 +65,6 @@ BLINES = {
 }
 
 
-def mean_ci(values: list[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95 % t-interval (0 for one value)."""
-    return mean_interval(values, 0.95)
-
-
 def eval_curves(run_dir: Path) -> dict[int, list[dict]]:
     """Per seed, the metrics rows that carry a test return, in generation order."""
     curves: dict[int, list[dict]] = {}
@@ -75,17 +74,24 @@ def eval_curves(run_dir: Path) -> dict[int, list[dict]]:
     return curves
 
 
-def first_reach(curves: dict[int, list[dict]], target: float) -> tuple[float, float] | None:
-    """Env steps and wall at the first evaluation where every seed has reached ``target``."""
+def median_reach(curves: dict[int, list[dict]], target: float) -> dict | None:
+    """Env steps and wall at which the median seed first reached ``target``, and how many
+    seeds reached it at all. A seed that never reaches it counts as never (so the median is
+    ``None`` when fewer than half of the seeds got there)."""
     if math.isnan(target):
         return None
-    reached = []
-    for rows in curves.values():
-        hit = next((row for row in rows if row["eval_return"] >= target - 1e-6), None)
-        if hit is None:
-            return None
-        reached.append(hit)
-    return max(r["env_steps"] for r in reached), max(r["wall_s"] for r in reached)
+    hits = [next((r for r in rows if r["eval_return"] >= target - 1e-6), None)
+            for rows in curves.values()]  # fmt: skip
+    reached = sorted((h for h in hits if h is not None), key=lambda r: r["env_steps"])
+    median = None
+    middle = (len(hits) - 1) // 2  # the lower median: a seed that did reach, or none
+    if middle < len(reached):
+        median = reached[middle]
+    return {
+        "seeds_reaching": len(reached),
+        "steps": None if median is None else median["env_steps"],
+        "wall_s": None if median is None else median["wall_s"],
+    }
 
 
 def run_preset(name: str, seeds: int, out: Path, seed: int = 0) -> dict:
@@ -102,23 +108,24 @@ def run_preset(name: str, seeds: int, out: Path, seed: int = 0) -> dict:
 
 def summarize(name: str, run_dir: Path) -> dict:
     env_id, target, blines_steps, _ = BLINES[name]
+    cell = read_cell(run_dir)  # each seed's final test return and verdict, as the report reads
+    finals = list(cell.returns)
     curves = eval_curves(run_dir)
-    finals = [rows[-1]["eval_return"] for rows in curves.values()]
-    mean, half = mean_ci(finals)
-    reach = first_reach(curves, target)
     last = [rows[-1] for rows in curves.values()]
-    verdicts = read_summary(run_dir).get("solved_per_seed")
+    solved = None
+    if cell.solved is not None:
+        k, n = sum(cell.solved), len(cell.solved)
+        solved = {"solved": k, "seeds": n, "wilson95": list(wilson_interval(k, n))}
     return {
-        "solved": None if verdicts is None else [sum(verdicts), len(verdicts)],
         "preset": name,
         "env": env_id,
-        "final_mean": mean,
-        "final_ci95": half,
+        "seed_ids": list(cell.seed_ids),
+        "solved": solved,
         "finals": finals,
+        "iqm": task_iqm(finals, REPS, 0),
         "env_steps": max(r["env_steps"] for r in last),
         "wall_s": max(r["wall_s"] for r in last),
-        "steps_to_blines": reach[0] if reach else None,
-        "wall_to_blines": reach[1] if reach else None,
+        "to_blines": median_reach(curves, target),
         "blines_return": target,
         "blines_steps": blines_steps,
     }
@@ -132,24 +139,32 @@ def _steps(value: float | None) -> str:
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| env | solved seeds | esjax final (95 % CI) | esjax env steps / wall "
-        "| steps to blines return | wall to it | ≤ ¼ blines steps | blines final | blines steps |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| env | solved (Wilson 95 %) | IQM final test return [95 %] | worst / median seed "
+        "| steps to blines return, median seed | wall to it | seeds reaching it "
+        "| ≤ ¼ blines steps | blines final | blines steps | env steps a seed / wall, all seeds |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        reach = r["steps_to_blines"]
-        quarter = "–"
-        if reach is not None and not math.isnan(r["blines_steps"]):
-            quarter = "yes" if reach <= r["blines_steps"] / 4 else "no"
-        elif not math.isnan(r["blines_return"]):
+        reach, quarter = r["to_blines"], "–"
+        steps = reach["steps"] if reach else None
+        if steps is not None and not math.isnan(r["blines_steps"]):
+            quarter = "yes" if steps <= r["blines_steps"] / 4 else "no"
+        elif reach is not None:
             quarter = "not reached"
-        wall_to = f"{r['wall_to_blines']:.0f} s" if r["wall_to_blines"] is not None else "–"
+        wall_to = "–" if steps is None else f"{reach['wall_s']:.0f} s"
+        reaching = "–" if reach is None else f"{reach['seeds_reaching']} of {len(r['finals'])}"
         blines = "–" if math.isnan(r["blines_return"]) else f"{r['blines_return']:g}"
-        solved = "–" if r.get("solved") is None else "{} of {}".format(*r["solved"])
+        solved = "–"
+        if r["solved"] is not None:
+            low, high = r["solved"]["wilson95"]
+            solved = f"{r['solved']['solved']} of {r['solved']['seeds']} ({low:.2f}-{high:.2f})"
+        iqm = r["iqm"]
+        finals = sorted(r["finals"])
         lines.append(
-            f"| {r['env']} | {solved} | {r['final_mean']:.2f} ± {r['final_ci95']:.2f} "
-            f"| {_steps(r['env_steps'])} / {r['wall_s']:.0f} s | {_steps(reach)} | {wall_to} "
-            f"| {quarter} | {blines} | {_steps(r['blines_steps'])} |"
+            f"| {r['env']} | {solved} | {iqm['value']:.2f} [{iqm['low']:.2f}, {iqm['high']:.2f}] "
+            f"| {finals[0]:.2f} / {statistics.median(finals):.2f} "
+            f"| {_steps(steps)} | {wall_to} | {reaching} | {quarter} | {blines} "
+            f"| {_steps(r['blines_steps'])} | {_steps(r['env_steps'])} / {r['wall_s']:.0f} s |"
         )
     return "\n".join(lines)
 

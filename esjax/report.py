@@ -133,6 +133,14 @@ def aggregate(scores: np.ndarray, reps: int, seed: int) -> dict[str, dict[str, f
     )
 
 
+def task_iqm(returns: Sequence[float], reps: int, seed: int) -> dict[str, float]:
+    """The IQM of one task's per-seed returns with its bootstrap interval (seeds resampled),
+    in the task's own units: what a table of one task's seeds reports beside its success rate."""
+    _, metrics = _rliable()
+    scores = np.asarray(returns, np.float64)[:, None]
+    return bootstrap(scores, {"iqm": metrics.aggregate_iqm}, reps, seed)["iqm"]
+
+
 def improvement(x: np.ndarray, y: np.ndarray, reps: int, seed: int) -> dict[str, float]:
     """P(a seed of X scores above one of Y), averaged over tasks, with its interval."""
     _, metrics = _rliable()
@@ -317,16 +325,17 @@ def task_floors(table: dict[str, dict[str, Cell]]) -> dict[str, dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------- the report
-def _task_entry(cell: Cell, floor: dict[str, Any]) -> dict[str, Any]:
+def _task_entry(cell: Cell, floor: dict[str, Any], reps: int, seed: int) -> dict[str, Any]:
     """One configuration on one task: seeds, verdicts, success rate, returns."""
-    _, metrics = _rliable()
     returns = np.asarray(cell.returns)
+    iqm = task_iqm(returns, reps, seed)
     entry: dict[str, Any] = {
         "run_dirs": list(cell.run_dirs),
         "seeds": len(returns),
         "returns": list(cell.returns),
         "mean_return": float(returns.mean()),
-        "iqm_return": float(metrics.aggregate_iqm(returns[:, None])),
+        "iqm_return": iqm["value"],
+        "iqm_interval": [iqm["low"], iqm["high"]],
         "solved_per_seed": None if cell.solved is None else list(cell.solved),
         "successes": None,
         "success_rate": None,
@@ -388,7 +397,7 @@ def report(
     notes: list[str] = []
     configurations, matrices = [], {}
     for label, cells in table.items():
-        tasks = {task: _task_entry(cell, floors[task]) for task, cell in cells.items()}
+        tasks = {t: _task_entry(cell, floors[t], reps, seed) for t, cell in cells.items()}
         scored, matrix = score_matrix(label, tasks, notes)
         entry = {"label": label, "tasks": tasks, "aggregate": None}
         if matrix is not None:
@@ -415,6 +424,7 @@ def _method(reps: int, seed: int) -> dict[str, Any]:
         "aggregate_intervals": "stratified bootstrap over seeds within tasks, percentile "
         "(rliable.library.get_interval_estimates)",
         "iqm": "rliable.metrics.aggregate_iqm",
+        "task_iqm_interval": "bootstrap over one task's seeds, percentile, in its own units",
         "confidence": CONFIDENCE,
         "reps": reps,
         "random_state": seed,
@@ -493,12 +503,17 @@ def _ci(stats: dict[str, float]) -> str:
     return f"{_num(stats['value'])} [{_num(stats['low'])}, {_num(stats['high'])}]"
 
 
+def _iqm(task: dict[str, Any]) -> str:
+    low, high = task["iqm_interval"]
+    return f"{_num(task['iqm_return'], 1)} [{_num(low, 1)}, {_num(high, 1)}]"
+
+
 def markdown(record: dict[str, Any]) -> str:
     """The report as Markdown tables a README or paper can paste."""
     confidence = f"{record['method']['confidence']:.0%}"
     lines = [
         f"| configuration | task | seeds | solved | success rate [{confidence} Wilson] "
-        "| mean return | IQM return |",
+        f"| mean return | IQM return [{confidence}] |",
         "|---|---|---:|---:|---|---:|---:|",
     ]
     for entry in record["configurations"]:
@@ -510,7 +525,7 @@ def markdown(record: dict[str, Any]) -> str:
                 rate = f"{_num(t['success_rate'])} [{_num(low)}, {_num(high)}]"
             lines.append(
                 f"| {entry['label']} | {task} | {t['seeds']} | {solved} | {rate} "
-                f"| {_num(t['mean_return'], 1)} | {_num(t['iqm_return'], 1)} |"
+                f"| {_num(t['mean_return'], 1)} | {_iqm(t)} |"
             )
     aggregated = [e for e in record["configurations"] if e["aggregate"] is not None]
     if aggregated:

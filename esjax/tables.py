@@ -214,7 +214,8 @@ def show_report(console: Console, record: dict[str, Any]) -> None:
         return f"[{number(low, 2)}, {number(high, 2)}]"
 
     table = Table(title="esjax report: final policies on fresh test episodes", title_justify="left")
-    for name in ("configuration", "task", "seeds", "solved", "95% Wilson", "mean", "IQM"):
+    names = ("configuration", "task", "seeds", "solved", "95% Wilson", "mean", "IQM [95%]")
+    for name in names:
         table.add_column(name, justify="left" if name in ("configuration", "task") else "right")
     for entry in record["configurations"]:
         for task, t in entry["tasks"].items():
@@ -226,7 +227,7 @@ def show_report(console: Console, record: dict[str, Any]) -> None:
                 f"{t['successes']}/{t['seeds']}" if judged else "-",
                 bounds(*t["success_interval"]) if judged else "-",
                 number(t["mean_return"]),
-                number(t["iqm_return"]),
+                f"{number(t['iqm_return'])} {bounds(*t['iqm_interval'])}",
             )
     console.print(table)
     aggregated = [e for e in record["configurations"] if e["aggregate"] is not None]

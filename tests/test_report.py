@@ -111,6 +111,34 @@ def test_aggregates_equal_rliable_called_directly(two_methods, tmp_path):
     )
 
 
+def test_each_tasks_iqm_and_interval_equal_rliable_called_directly(two_methods, tmp_path):
+    """Per task, in its own units: the IQM of the seeds' returns (also the mean of their middle
+    half by hand) and its bootstrap interval, as rliable gives them on that one column."""
+    library, metrics = _rliable_or_skip()
+    from esjax.report import report
+
+    _, args = two_methods
+    record = report(args, tmp_path, reps=REPS, seed=4)
+    given = {
+        "a": {"cartpole": A_CART, "acrobot": A_ACRO},
+        "b": {"cartpole": B_CART, "acrobot": B_ACRO},
+    }
+    for entry in record["configurations"]:
+        for task, returns in given[entry["label"]].items():
+            np.random.seed(4)
+            points, intervals = library.get_interval_estimates(
+                {"x": np.asarray(returns)[:, None]},
+                lambda x: np.array([metrics.aggregate_iqm(x)]),
+                reps=REPS,
+                random_state=np.random.RandomState(4),
+            )
+            t = entry["tasks"][task]
+            assert t["iqm_return"] == pytest.approx(float(points["x"][0]))
+            assert t["iqm_interval"] == pytest.approx(np.asarray(intervals["x"]).ravel().tolist())
+            assert t["iqm_return"] == pytest.approx(np.sort(returns)[3:9].mean())  # 12 seeds
+            assert t["iqm_interval"][0] < t["iqm_return"] < t["iqm_interval"][1]
+
+
 def test_probability_of_improvement_equals_rliable(two_methods, tmp_path):
     library, metrics = _rliable_or_skip()
     from esjax.report import report
