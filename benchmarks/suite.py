@@ -193,11 +193,15 @@ def figure(names: list[str], out: Path, path: Path) -> Path:
         ax.tick_params(labelsize=7)
         ax.ticklabel_format(axis="y", useOffset=False)  # a flat curve reads 1.1, not 1e-8 + 1.1
         low, high = ax.get_ylim()
-        if high - low < 0.05 * max(1.0, abs(high)):  # curves on the blines line: show a scale
+        if high - low < 1e-3 * max(1.0, abs(high)):  # curves on the blines line: show a scale
             middle = (low + high) / 2
             ax.set_ylim(middle - 0.5, middle + 0.5)
-        if i == 0:
-            ax.legend(fontsize=7)
+        if i == 0:  # one entry a seed while that fits; else the blines marker alone
+            handles, labels = ax.get_legend_handles_labels()
+            if len(labels) > 5:
+                handles = [h for h, label in zip(handles, labels, strict=True) if label == "blines"]
+                labels = ["blines (one line a seed)"] * len(handles)
+            ax.legend(handles, labels, fontsize=7)
     fig.savefig(path, dpi=90)
     return path
 
