@@ -36,9 +36,8 @@ import esjax
 esjax.use_cpu_cores()  # before JAX starts: one CPU device per core
 
 from esjax.evolve import clear_engine_cache, evolve  # noqa: E402
-from esjax.report import REPS, read_cell, task_iqm  # noqa: E402
+from esjax.report import REPS, read_cell, success, task_iqm  # noqa: E402
 from esjax.runs import load_metrics  # noqa: E402
-from esjax.stats import wilson_interval  # noqa: E402
 
 # preset -> (env id, blines ES final test return, env steps it took, blines failed?)
 BLINES = {
@@ -112,10 +111,7 @@ def summarize(name: str, run_dir: Path) -> dict:
     finals = list(cell.returns)
     curves = eval_curves(run_dir)
     last = [rows[-1] for rows in curves.values()]
-    solved = None
-    if cell.solved is not None:
-        k, n = sum(cell.solved), len(cell.solved)
-        solved = {"solved": k, "seeds": n, "wilson95": list(wilson_interval(k, n))}
+    solved = None if cell.solved is None else success(cell.solved)
     return {
         "preset": name,
         "env": env_id,
@@ -156,8 +152,8 @@ def table(rows: list[dict]) -> str:
         blines = "–" if math.isnan(r["blines_return"]) else f"{r['blines_return']:g}"
         solved = "–"
         if r["solved"] is not None:
-            low, high = r["solved"]["wilson95"]
-            solved = f"{r['solved']['solved']} of {r['solved']['seeds']} ({low:.2f}-{high:.2f})"
+            low, high = r["solved"]["success_interval"]
+            solved = f"{r['solved']['successes']} of {len(r['finals'])} ({low:.2f}-{high:.2f})"
         iqm = r["iqm"]
         finals = sorted(r["finals"])
         lines.append(

@@ -141,6 +141,12 @@ def task_iqm(returns: Sequence[float], reps: int, seed: int) -> dict[str, float]
     return bootstrap(scores, {"iqm": metrics.aggregate_iqm}, reps, seed)["iqm"]
 
 
+def success(solved: Sequence[bool]) -> dict[str, Any]:
+    """Seeds solved, their share and its Wilson 95 % interval, from the per-seed verdicts."""
+    k, n = sum(solved), len(solved)
+    return {"successes": k, "success_rate": k / n, "success_interval": list(wilson_interval(k, n))}
+
+
 def improvement(x: np.ndarray, y: np.ndarray, reps: int, seed: int) -> dict[str, float]:
     """P(a seed of X scores above one of Y), averaged over tasks, with its interval."""
     _, metrics = _rliable()
@@ -343,9 +349,7 @@ def _task_entry(cell: Cell, floor: dict[str, Any], reps: int, seed: int) -> dict
         "normalised": None,
     }
     if cell.solved is not None:
-        k, n = sum(cell.solved), len(cell.solved)
-        entry.update(successes=k, success_rate=k / n, success_interval=wilson_interval(k, n))
-        entry["success_interval"] = list(entry["success_interval"])
+        entry.update(success(cell.solved))
         floor_value, top = floor["random_return"], floor["solved_return"]
         entry["normalised"] = normalise(returns, floor_value, top).tolist()
     return entry
