@@ -1,10 +1,11 @@
 """A Brax env's own speed on this machine: env steps/s of a bare jitted scan, per backend.
 
 The ceiling any trainer on that env can reach: ``batch`` envs stepped in one ``lax.scan`` of
-``--steps`` steps under ``jit`` and ``vmap``, with uniformly random actions and no policy, no
-resets, no masking and no bookkeeping. A trainer's own steps/s (``esjax evolve``'s progress
-line, or ``benchmarks/brax_side_by_side.py``'s budget over its wall) divided by this number is
-the share of its time the physics takes; what is left is all a faster trainer could save.
+``--steps`` steps under ``jit`` and ``vmap``, with uniformly random actions and no policy, one
+reset at the start and none after, no masking and no bookkeeping. A trainer's own steps/s
+(``esjax evolve``'s progress line, or ``benchmarks/brax_side_by_side.py``'s budget over its
+wall) divided by this number is the share of its time the physics takes; what is left is all
+a faster trainer could save.
 Also the measurement behind a preset's choice of backend.
 
     python benchmarks/brax_env_speed.py --env hopper --batch 16 256
