@@ -155,6 +155,15 @@ def eval_schedule(steps: int, evals: int) -> tuple[int, int]:
     return steps - (evals - 1) * between, between
 
 
+def print_evaluation(trainer: str, seed: int, row: dict[str, Any]) -> None:
+    """One evaluation as it happens, so a run cut short still leaves its curve in the log."""
+    print(
+        f"    {trainer} seed {seed} eval: {row['steps']:,} steps, {row['wall_s']:.1f} s, "
+        f"return {row['return']:.1f}",
+        flush=True,
+    )
+
+
 def run_brax(trainer: str, args: argparse.Namespace, seed: int) -> dict[str, Any]:
     """One Brax trainer from a cold start; each evaluation timed as ``progress_fn`` sees it."""
     jax.clear_caches()  # every run compiles its programs, as each esjax run does
@@ -170,6 +179,7 @@ def run_brax(trainer: str, args: argparse.Namespace, seed: int) -> dict[str, Any
                 "return": float(metrics["eval/episode_reward"]),
             }
         )
+        print_evaluation(trainer, seed, rows[-1])
 
     env = envs.get_environment(args.env, backend=args.backend)
     train, settings = (
@@ -216,6 +226,7 @@ def run_esjax(args: argparse.Namespace, seed: int) -> dict[str, Any]:
                     "return": float(evaluation["eval_return"][0]),
                 }
             )
+            print_evaluation("esjax", seed, rows[-1])
             next_eval += between
     return {
         "trainer": "esjax",

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The locomotion benchmarks on one GPU, in one call that fits a fixed time (issue 32's GPU
+# column): Brax's hopper alone per backend, Brax's own ARS against esjax's `hopper` preset (and
+# the same preset at a GPU's popsize), and Playground's CheetahRun at the preset's popsize and a
+# GPU's. Each step is capped so that the whole run ends inside DEADLINE seconds; a step cut
+# short keeps what it printed and wrote. Everything lands in OUT_DIR, packed into one archive.
+#
+#   bash benchmarks/gpu_locomotion.sh OUT_DIR [DEADLINE_S]
+#   QUICK=1 bash benchmarks/gpu_locomotion.sh /tmp/gpu 300    # tiny sizes: checks the script
+set -u
+out=${1:?usage: gpu_locomotion.sh OUT_DIR [DEADLINE_S]}
+deadline=$((SECONDS + ${2:-560}))
+mkdir -p "$out/logs" "$out/runs"
+export PYTHONUNBUFFERED=1
+
+if [[ ${QUICK:-0} == 1 ]]; then
+    speed_batch="16 64" speed_steps=100 ars_steps=60000 evals=2 episodes=4 gens=2 big_pop=32
+    big_steps=120000 hopper_len=100
+else
+    speed_batch="16 4096" speed_steps=1000 ars_steps=3000000 evals=10 episodes=32 gens=20
+    big_pop=128 big_steps=12000000 hopper_len=1000
+fi
+
+# step NAME CAP_S COMMAND...: run it under min(CAP_S, time left less a margin for packing).
+step() {
+    local name=$1 cap=$2 left
+    shift 2
+    left=$((deadline - SECONDS - 20))
+    ((cap > left)) && cap=$left
+    if ((cap < 10)); then
+        echo "== $name: skipped, $left s left" | tee -a "$out/steps.txt"
+        return
+    fi
+    local start=$SECONDS
+    timeout --signal=INT --kill-after=10 "$cap" "$@" >"$out/logs/$name.log" 2>&1
+    local rc=$?
+    echo "== $name: rc $rc, $((SECONDS - start)) s (cap $cap s)" | tee -a "$out/steps.txt"
+    tail -n 25 "$out/logs/$name.log"
+}
+
+# Fail fast: versions, the device, and every suite this script uses, imported.
+python3 - >"$out/logs/smoke.log" 2>&1 <<'EOF'
+import jax, brax, mujoco, evosax, gymnax, mujoco_playground, esjax.suites  # noqa: F401
+from esjax.suites import make_suite_env  # noqa: F401
+import esjax.cli, esjax.evolve, brax.training.agents.ars.train, brax.training.agents.es.train  # noqa: F401,E401
+print("jax", jax.__version__, "brax", brax.__version__, "mujoco", mujoco.__version__)
+print("devices", jax.devices())
+EOF
+rc=$?
+cat "$out/logs/smoke.log"
+if ((rc != 0)); then
+    echo "smoke check failed (rc $rc): nothing else run"
+    exit 3
+fi
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
+
+step env-speed 100 python3 benchmarks/brax_env_speed.py --env hopper \
+    --backends positional mjx --batch $speed_batch --steps "$speed_steps" --repeats 2
+
+side=(python3 benchmarks/brax_side_by_side.py --task tasks/hopper.toml
+    --seeds 1000 --levels 1000 1250 1500 --evals "$evals" --eval-episodes "$episodes"
+    --episode-length "$hopper_len")
+step side-by-side 180 "${side[@]}" --steps "$ars_steps" --trainers ars esjax \
+    --json "$out/runs/side.json"
+# A GPU steps 128 members in about the time of 16: the same wall buys more directions a step.
+step side-by-side-pop$big_pop 110 "${side[@]}" --steps "$big_steps" --trainers esjax \
+    --set "strategy_settings.popsize=$big_pop" --json "$out/runs/side-pop$big_pop.json"
+
+cheetah=(python3 -m esjax evolve cheetah-run --seed 1000 --generations "$gens"
+    --set evaluation.every=10 --set "episode_length=$hopper_len")
+step cheetah-pop64 75 "${cheetah[@]}" --out "$out/runs/cheetah-pop64"
+step cheetah-pop1024 75 "${cheetah[@]}" --popsize 1024 --out "$out/runs/cheetah-pop1024"
+
+rm -f "$out/runs"/*/checkpoint.msgpack "$out/runs"/*/*.png
+tar -czf "$out/results.tar.gz" -C "$out" steps.txt logs runs
+echo "packed $(du -h "$out/results.tar.gz" | cut -f1); $SECONDS s in all"
