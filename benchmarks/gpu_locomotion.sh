@@ -15,10 +15,10 @@ export PYTHONUNBUFFERED=1
 
 if [[ ${QUICK:-0} == 1 ]]; then
     speed_batch="16 64" speed_steps=100 ars_steps=60000 evals=2 episodes=4 gens=2 big_pop=32
-    big_steps=120000 hopper_len=100
+    big_steps=120000 episode_len=100
 else
     speed_batch="16 4096" speed_steps=1000 ars_steps=3000000 evals=10 episodes=32 gens=20
-    big_pop=128 big_steps=12000000 hopper_len=1000
+    big_pop=128 big_steps=12000000 episode_len=1000
 fi
 
 # step NAME CAP_S COMMAND...: run it under min(CAP_S, time left less a margin for packing).
@@ -41,7 +41,6 @@ step() {
 # Fail fast: versions, the device, and every suite this script uses, imported.
 python3 - >"$out/logs/smoke.log" 2>&1 <<'EOF'
 import jax, brax, mujoco, evosax, gymnax, mujoco_playground, esjax.suites  # noqa: F401
-from esjax.suites import make_suite_env  # noqa: F401
 import esjax.cli, esjax.evolve, brax.training.agents.ars.train, brax.training.agents.es.train  # noqa: F401,E401
 print("jax", jax.__version__, "brax", brax.__version__, "mujoco", mujoco.__version__)
 print("devices", jax.devices())
@@ -59,7 +58,7 @@ step env-speed 100 python3 benchmarks/brax_env_speed.py --env hopper \
 
 side=(python3 benchmarks/brax_side_by_side.py --task tasks/hopper.toml
     --seeds 1000 --levels 1000 1250 1500 --evals "$evals" --eval-episodes "$episodes"
-    --episode-length "$hopper_len")
+    --episode-length "$episode_len")
 step side-by-side 180 "${side[@]}" --steps "$ars_steps" --trainers ars esjax \
     --json "$out/runs/side.json"
 # A GPU steps 128 members in about the time of 16: the same wall buys more directions a step.
@@ -67,7 +66,7 @@ step side-by-side-pop$big_pop 110 "${side[@]}" --steps "$big_steps" --trainers e
     --set "strategy_settings.popsize=$big_pop" --json "$out/runs/side-pop$big_pop.json"
 
 cheetah=(python3 -m esjax evolve cheetah-run --seed 1000 --generations "$gens"
-    --set evaluation.every=10 --set "episode_length=$hopper_len")
+    --set evaluation.every=10 --set "episode_length=$episode_len")
 step cheetah-pop64 75 "${cheetah[@]}" --out "$out/runs/cheetah-pop64"
 step cheetah-pop1024 75 "${cheetah[@]}" --popsize 1024 --out "$out/runs/cheetah-pop1024"
 
