@@ -225,6 +225,16 @@ _POPULATION_VALIDATION = {  # population-based algorithms: their best member is 
         None, "int", "episodes per re-tested member; default: the evaluation's count"
     ),
 }
+# Algorithms that update from their best members only (evosax's ``num_elites``, read from the
+# ``elite_ratio`` attribute its constructor sets): ARS's top directions, CMA-ES's parents.
+_ELITES = {
+    "elite_ratio": Setting(
+        None,
+        "fraction",
+        "share of the population the update uses, the best by fitness (ARS: of its "
+        "directions, top = ratio x popsize / 2, rounded down); default: evosax's",
+    ),
+}
 _STD_SCHEDULE = {
     "std_decay": Setting(1.0, "number", "std multiplied by this every generation"),
     "std_min": Setting(0.0, "number", "floor of the decayed std"),
@@ -293,6 +303,8 @@ def _esjax_settings(name: str, probed: _Probed) -> dict[str, Setting]:
         settings["std_init"] = Setting(0.1, "number", "initial perturbation std" + spread)
     if probed.population_based:
         settings.update(_POPULATION_VALIDATION)
+    if uses_elites(REGISTRY[name]):
+        settings.update(_ELITES)
     if takes_std_schedule:
         settings.update(_STD_SCHEDULE)
     if "optimizer" in probed.signature:
@@ -308,6 +320,20 @@ def _esjax_settings(name: str, probed: _Probed) -> dict[str, Setting]:
     if default_name == "centered_rank":
         settings.update(_RANK_GROUPS)
     return settings
+
+
+def uses_elites(cls: type) -> bool:
+    """Whether ``cls`` (or an algorithm it extends) updates from its ``num_elites`` best.
+
+    evosax's base class defines ``num_elites`` for every algorithm; only the algorithms that
+    read it, in their own source, are given an ``elite_ratio`` setting.
+    """
+    return any(
+        klass.__module__.startswith("evosax.algorithms.")
+        and not klass.__module__.endswith(".base")
+        and "num_elites" in inspect.getsource(klass)
+        for klass in cls.__mro__
+    )
 
 
 def _add_keyword_settings(settings: dict[str, Setting], probed: _Probed) -> dict[str, str]:

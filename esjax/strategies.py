@@ -429,6 +429,10 @@ def build_strategy(spec: StrategySpec, num_dims: int, popsize: int | None = None
         raise ConfigError(
             f"{spec.algorithm} cannot be built with popsize {n} and {num_dims} parameters: {reason}"
         ) from None
+    if s.get("elite_ratio") is not None:
+        # An attribute, not a constructor argument; set before the params that derive from it
+        # (CMA-ES's recombination weights) are read.
+        es.elite_ratio = s["elite_ratio"]
     defaults = es.default_params
     replace = {
         evosax_name: _param_value(getattr(defaults, evosax_name), s[name])
@@ -451,7 +455,7 @@ def with_settings(strategy: Strategy, values: Mapping[str, Any]) -> Strategy:
 # tracing them would pass the check below while the compiled program kept the built value, so
 # configurations of a sweep differing only in them would silently run the same search. (The
 # loop's settings, such as worst_episodes, are not among the strategy's settings at all.)
-BUILD_TIME_SETTINGS = frozenset({"popsize"})
+BUILD_TIME_SETTINGS = frozenset({"popsize", "elite_ratio"})
 
 
 def traced_settings(strategy: Strategy) -> tuple[str, ...]:

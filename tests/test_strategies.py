@@ -375,6 +375,42 @@ def test_settings_are_discovered_from_evosax():
     assert asebo.es.subspace_dims == 3
 
 
+def test_elite_ratio_sets_ars_top_directions_as_evosax_does():
+    """ARS's top-b directions (Mania et al.: 60 directions, top 20 on Ant) through ``elite_ratio``.
+
+    The reference is evosax's ARS built by hand with the attribute set; the update must use the
+    20 best of 60 directions, and differ from evosax's default of half of them.
+    """
+    table = algorithms.settings_table("ARS")
+    assert table["elite_ratio"].default is None
+    assert "elite_ratio" in algorithms.settings_table("CMA_ES")
+    assert "elite_ratio" not in algorithms.settings_table("Open_ES")  # reads no elites
+
+    def told_mean(es, params):
+        state = es.init(jax.random.key(1), jnp.zeros(5), params)
+        population, state = es.ask(jax.random.key(2), state, params)
+        fitness = jnp.sum(population**2, axis=1) + jnp.sin(7 * population[:, 0])
+        return es.tell(jax.random.key(3), population, fitness, state, params)[0].mean
+
+    settings = {"popsize": 120, "elite_ratio": 1 / 3, "optimizer": "sgd"}
+    settings |= {"learning_rate": 0.015, "momentum": 0.0, "std_init": 0.025}
+    spec = load_strategy("ARS", settings)
+    strategy = build_strategy(spec, num_dims=5)
+    assert strategy.es.num_elites == 20
+
+    def evosax_ars(elite_ratio):  # set before evosax's jitted methods first trace
+        es = ea.ARS(120, jnp.zeros(5), optimizer=optax.sgd(0.015),
+                    std_schedule=optax.constant_schedule(0.025))  # fmt: skip
+        es.elite_ratio = elite_ratio
+        return told_mean(es, es.default_params)
+
+    expected = evosax_ars(1 / 3)
+    np.testing.assert_allclose(told_mean(strategy.es, strategy.params), expected, rtol=1e-6)
+    assert not np.allclose(evosax_ars(0.5), expected)
+    with pytest.raises(ConfigError, match=r"elite_ratio must be a number in \(0, 1\]"):
+        load_strategy("ARS", {"elite_ratio": 1.5})
+
+
 def test_a_new_evosax_algorithm_needs_no_code_here(monkeypatch):
     class BoostedSNES(ea.SNES):
         """A stand-in for an algorithm added to evosax later, with a new keyword."""
