@@ -27,7 +27,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from brax import envs  # noqa: E402
 
-from esjax.suite_brax import BACKENDS, UNMAINTAINED_WARNING  # noqa: E402
+from esjax.suite_brax import BACKENDS, EPISODE_LENGTH, UNMAINTAINED_WARNING  # noqa: E402
 
 warnings.filterwarnings("ignore", message=UNMAINTAINED_WARNING, category=UserWarning)
 
@@ -51,7 +51,7 @@ def main() -> None:
     p.add_argument("--env", required=True, help="Brax env name, e.g. halfcheetah")
     p.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
     p.add_argument("--episodes", type=int, default=3)
-    p.add_argument("--steps", type=int, default=1000, help="episode length")
+    p.add_argument("--steps", type=int, default=EPISODE_LENGTH, help="episode length")
     p.add_argument("--seed", type=int, default=0, help="which seed of a --seeds run")
     args = p.parse_args()
     controller = esjax.load_policy(args.run, seed=args.seed)
