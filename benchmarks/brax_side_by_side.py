@@ -217,6 +217,8 @@ def run_esjax(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         state, metrics = engine.run_block(state, one)
         steps += int(jax.device_get(metrics["env_steps"])[0, 0])  # (block, seeds)
         generations += 1
+        if generations == 1:  # as `esjax evolve` does: compile the evaluation beside the run
+            engine.evaluate.compile_in_background(state)
         if steps >= next_eval:
             evaluation = jax.device_get(engine.evaluate(state))
             rows.append(

@@ -35,7 +35,9 @@ def drive(
 ) -> None:
     """Run ``together`` (begun, at the same generation and target) to their target.
 
-    ``block`` caps the generations per host visit; a block also ends at each evaluation.
+    ``block`` caps the generations per host visit; a block also ends at each evaluation. The
+    first visit runs one generation; the evaluation program then compiles in the background
+    while the next ones run, so a cold start's first evaluation does not wait for it.
     ``reports[i]`` gets run ``i``'s rows of each block's last generation. After a stop signal
     in ``signals`` every run checkpoints and ``interrupted(generation, signum)`` is raised.
     """
@@ -44,14 +46,21 @@ def drive(
     total = first.total
     state = stacked_state(engine, together)
     last_checkpoint = time.perf_counter()
+    compile_ahead = getattr(engine.evaluate, "compile_in_background", None)
     try:
         while first.generation < total:
             if signals.received is not None:
                 _stop(together, interrupted, signals.received)
             g = first.generation
             n = min(block, (g // every + 1) * every - g, total - g)
+            if compile_ahead is not None:
+                n = 1  # the evaluation then compiles beside the rest of the generations
             state, metrics = engine.run_block(state, jnp.asarray(n, jnp.int32))
             metrics = jax.device_get(metrics)
+            if compile_ahead is not None:
+                if ((g + n) // every + 1) * every <= total and (g + n) % every:
+                    compile_ahead(state)
+                compile_ahead = None
             evaluation = None
             if (g + n) % every == 0:
                 evaluation = jax.device_get(engine.evaluate(state))

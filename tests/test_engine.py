@@ -343,3 +343,36 @@ def test_a_reward_shift_trains_on_shifted_returns_and_evaluates_on_the_envs(tmp_
     # Evaluation and test returns are CartPole's own (every step pays 1), not the shifted ones.
     assert shifted.final_eval_return > 5
     assert min(shifted.verdict.final_per_seed) > 5
+
+
+def test_an_evaluation_compiled_in_the_background_gives_the_same_numbers():
+    """The program built in a thread is the one a call builds itself: same bits, one compile."""
+    from esjax.engine import keep_programs
+
+    def kept():
+        return keep_programs(small_engine(normalize_obs=False), key="background-test")
+
+    ahead, plain = kept(), kept()
+    state = ahead.init(jnp.arange(2))
+    state, _ = ahead.run_block(state, jnp.asarray(2, jnp.int32))
+    ahead.evaluate.compile_in_background(state)
+    (building,) = ahead.evaluate._building.values()
+    result = ahead.evaluate(state)  # waits for the thread
+    assert not building.is_alive() and not ahead.evaluate._building
+    ((call, _),) = ahead.evaluate._calls.values()
+    assert isinstance(call, jax.stages.Compiled)  # the call used the thread's program
+    assert_same(result, plain.evaluate(state))
+    assert_same(ahead.evaluate(state), result)
+    assert ahead.evaluate._cache_size() == 1
+
+
+def test_a_background_compile_that_fails_fails_at_the_call():
+    from esjax.programs import KeptProgram
+
+    def broken(x):
+        raise ValueError("cannot trace this")
+
+    program = KeptProgram(jax.jit(broken), "broken", "background-test", lambda x: None)
+    program.compile_in_background(jnp.ones(3))  # the thread swallows it...
+    with pytest.raises(ValueError, match="cannot trace this"):
+        program(jnp.ones(3))  # ...and the caller meets it
