@@ -17,7 +17,7 @@ import typer
 from esjax import cache, tables, terminal
 from esjax.config import ConfigError
 from esjax.progress import ProgressReport, SweepProgress
-from esjax.terminal import EXIT_INTERRUPTED, check_run_dir, console, handles_errors, print_stopped
+from esjax.terminal import EXIT_INTERRUPTED, check_run_dir, console, exit_stopped, handles_errors
 
 
 def _library(
@@ -216,8 +216,7 @@ def evolve(
                 on_progress=on_progress,
             )
     except lib.Interrupted as stop:
-        print_stopped(str(stop))
-        raise typer.Exit(stop.exit_code) from None
+        exit_stopped(str(stop), stop.exit_code, lib.compiling_in_background())
     except lib.LostProcess as lost:
         terminal.exit_lost(str(lost))
     if lib.process_index() == 0:
@@ -517,8 +516,7 @@ def sweep(
                 on_configuration=progress.announce,
             )
     except lib.SweepInterrupted as stop:
-        print_stopped(str(stop))
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        exit_stopped(str(stop), EXIT_INTERRUPTED, lib.compiling_in_background())
     tables.show_sweep(console, record, lib.sweep_rows(record), out_dir)
 
 

@@ -16,6 +16,7 @@ from esjax.evolve import Interrupted, LostProcess, evolve
 from esjax.plotting import plot_runs
 from esjax.preflight import checked_start
 from esjax.presets import describe
+from esjax.programs import compiling_in_background
 from esjax.render import render_run
 from esjax.report import report
 from esjax.runs import read_run_config
@@ -31,6 +32,7 @@ __all__ = [
     "baseline_record",
     "catalogue",
     "checked_start",
+    "compiling_in_background",
     "describe",
     "evolve",
     "grid_record",

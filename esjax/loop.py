@@ -63,6 +63,10 @@ def drive(
                 compile_ahead = None
             evaluation = None
             if (g + n) % every == 0:
+                if signals.received is not None and _compiling(engine.evaluate):
+                    # Rather than wait out the compile, stop at the last recorded generation:
+                    # the resumed run redoes this block, with the same numbers.
+                    _stop(together, interrupted, signals.received)
                 evaluation = jax.device_get(engine.evaluate(state))
             blocks = []
             for run, share in zip(together, _shares(together, state, metrics, evaluation),
@@ -78,6 +82,12 @@ def drive(
                     _report(run, rows, report)
     except KeyboardInterrupt:
         _stop(together, interrupted, signal.SIGINT)
+
+
+def _compiling(program: Any) -> bool:
+    """Whether ``program`` is still compiling in the background (a KeptProgram's thread)."""
+    compiling = getattr(program, "compiling", None)
+    return compiling is not None and compiling()
 
 
 def stacked_state(engine: Any, together: Sequence[Run]) -> Any:

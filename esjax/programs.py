@@ -30,6 +30,12 @@ from jax import export
 from esjax.cache import keep, kept_path
 
 SUBDIRECTORY = "esjax-programs"
+COMPILE_THREAD = "esjax-compile"
+
+
+def compiling_in_background() -> bool:
+    """True while a :meth:`KeptProgram.compile_in_background` thread is still compiling."""
+    return any(t.name.startswith(COMPILE_THREAD) and t.is_alive() for t in threading.enumerate())
 
 
 class KeptProgram:
@@ -99,9 +105,13 @@ class KeptProgram:
                 return
             self._calls[signature] = (call, out_tree)
 
-        thread = threading.Thread(target=build, name=f"esjax-compile-{self.kind}")
+        thread = threading.Thread(target=build, name=f"{COMPILE_THREAD}-{self.kind}")
         self._building[signature] = thread
         thread.start()
+
+    def compiling(self) -> bool:
+        """True while a thread :meth:`compile_in_background` started is still at work."""
+        return any(thread.is_alive() for thread in self._building.values())
 
     def _cache_size(self) -> int:
         """Programs compiled in this process (for tests that a loop never recompiles)."""

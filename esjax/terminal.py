@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -37,6 +37,23 @@ def print_error(message: str) -> None:
 def print_stopped(message: str) -> None:
     """A run or sweep stopped by a signal: one yellow line on stderr saying how to resume."""
     err.print(Text(message, style="yellow"), soft_wrap=True)
+
+
+def exit_stopped(message: str, code: int, compiling: bool) -> NoReturn:
+    """Say how to resume a stopped run or sweep and exit with ``code`` at once.
+
+    Its checkpoint is written by now. A program still ``compiling`` in the background (the
+    evaluation, compiled beside the first generations) is no longer needed, but Python would
+    wait for its thread before exiting: tens of seconds for a Brax env, past many schedulers'
+    grace period after SIGTERM. So the process then leaves through ``os._exit``, once its
+    output is flushed; its run directory, lock and trackers were closed before this.
+    """
+    print_stopped(message)
+    if compiling:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    raise typer.Exit(code)
 
 
 def handles_errors(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -348,6 +348,7 @@ def test_a_reward_shift_trains_on_shifted_returns_and_evaluates_on_the_envs(tmp_
 def test_an_evaluation_compiled_in_the_background_gives_the_same_numbers():
     """The program built in a thread is the one a call builds itself: same bits, one compile."""
     from esjax.engine import keep_programs
+    from esjax.programs import compiling_in_background
 
     def kept():
         return keep_programs(small_engine(normalize_obs=False), key="background-test")
@@ -359,6 +360,7 @@ def test_an_evaluation_compiled_in_the_background_gives_the_same_numbers():
     (building,) = ahead.evaluate._building.values()
     result = ahead.evaluate(state)  # waits for the thread
     assert not building.is_alive() and not ahead.evaluate._building
+    assert not ahead.evaluate.compiling() and not compiling_in_background()
     ((call, _),) = ahead.evaluate._calls.values()
     assert isinstance(call, jax.stages.Compiled)  # the call used the thread's program
     assert_same(result, plain.evaluate(state))

@@ -221,6 +221,73 @@ def test_signal_handlers_are_restored_after_a_run(tmp_path):
         signal.signal(signal.SIGTERM, previous)
 
 
+def test_a_stop_while_the_evaluation_compiles_does_not_wait_for_it(tmp_path, monkeypatch):
+    """A signal in the block before an evaluation whose program is still compiling in the
+    background: the run stops at its last recorded generation, without the evaluation, and
+    resumes to the uninterrupted run's numbers."""
+    import importlib
+
+    from esjax import loop
+
+    evolve_module = importlib.import_module("esjax.evolve")  # esjax.evolve is the function
+    real_build = evolve_module.build_engine
+    calls = {"evaluate": 0}
+
+    def build(config):
+        task, engine = real_build(config)
+
+        def run_block(state, n):
+            out = engine.run_block(state, n)
+            if int(n) > 1:  # the block after the first generation: the signal arrives in it
+                signal.raise_signal(signal.SIGTERM)
+            return out
+
+        def evaluate(state):
+            calls["evaluate"] += 1
+            return engine.evaluate(state)
+
+        evaluate.compile_in_background = engine.evaluate.compile_in_background
+        return task, dataclasses.replace(engine, run_block=run_block, evaluate=evaluate)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(evolve_module, "build_engine", build)
+        patch.setattr(loop, "_compiling", lambda program: True)
+        with pytest.raises(Interrupted) as err:
+            evolve("pendulum", generations=TOTAL, out=tmp_path / "run", **RUN)
+    assert err.value.exit_code == 143 and err.value.generation == 1
+    assert calls["evaluate"] == 0
+    assert runs.load_checkpoint(tmp_path / "run")[0]["generation"] == 1
+    evolve(None, out=tmp_path / "run", resume=True)
+    assert_same_result(tmp_path / "run", reference_run(tmp_path))
+
+
+def test_a_stopped_command_leaves_at_once_only_while_a_compile_runs(monkeypatch):
+    """Python would wait for a compiling thread at exit; a stopped command does not."""
+    import typer
+
+    from esjax import terminal
+
+    class Left(Exception):
+        pass
+
+    def leave(code):
+        raise Left(code)
+
+    monkeypatch.setattr(terminal.os, "_exit", leave)
+    with pytest.raises(Left) as left:
+        terminal.exit_stopped("stopped", 143, compiling=True)
+    assert left.value.args == (143,)
+    with pytest.raises(typer.Exit) as normal:
+        terminal.exit_stopped("stopped", 143, compiling=False)
+    assert normal.value.exit_code == 143
+
+
+def reference_run(tmp_path: Path) -> Path:
+    out = tmp_path / "reference"
+    evolve("pendulum", generations=TOTAL, out=out, **RUN)
+    return out
+
+
 # ---------------------------------------------------------------------------- kill -9, early
 @pytest.mark.parametrize("moment", ["config_written", "generation_1"])
 def test_kill_9_before_the_first_checkpoint_resumes_to_the_same_result(reference, tmp_path, moment):
