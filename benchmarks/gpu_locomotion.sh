@@ -21,37 +21,14 @@ else
     big_pop=128 big_steps=12000000 episode_len=1000
 fi
 
+source "$(dirname "$0")/gpu_common.sh"
+
 # step NAME CAP_S COMMAND...: run it under min(CAP_S, time left less a margin for packing).
 step() {
-    local name=$1 cap=$2 left
-    shift 2
-    left=$((deadline - SECONDS - 20))
-    ((cap > left)) && cap=$left
-    if ((cap < 10)); then
-        echo "== $name: skipped, $left s left" | tee -a "$out/steps.txt"
-        return
-    fi
-    local start=$SECONDS
-    timeout --signal=INT --kill-after=10 "$cap" "$@" >"$out/logs/$name.log" 2>&1
-    local rc=$?
-    echo "== $name: rc $rc, $((SECONDS - start)) s (cap $cap s)" | tee -a "$out/steps.txt"
-    tail -n 25 "$out/logs/$name.log"
+    capped "$1" "$2" 20 "${@:3}" && tail -n 25 "$out/logs/$1.log"
 }
 
-# Fail fast: versions, the device, and every suite this script uses, imported.
-python3 - >"$out/logs/smoke.log" 2>&1 <<'EOF'
-import jax, brax, mujoco, evosax, gymnax, mujoco_playground, esjax.suites  # noqa: F401
-import esjax.cli, esjax.evolve, brax.training.agents.ars.train, brax.training.agents.es.train  # noqa: F401,E401
-print("jax", jax.__version__, "brax", brax.__version__, "mujoco", mujoco.__version__)
-print("devices", jax.devices())
-EOF
-rc=$?
-cat "$out/logs/smoke.log"
-if ((rc != 0)); then
-    echo "smoke check failed (rc $rc): nothing else run"
-    exit 3
-fi
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
+gpu_smoke brax.training.agents.ars.train brax.training.agents.es.train
 
 step env-speed 100 python3 benchmarks/brax_env_speed.py --env hopper \
     --backends positional mjx --batch $speed_batch --steps "$speed_steps" --repeats 2

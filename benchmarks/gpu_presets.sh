@@ -35,39 +35,19 @@ if summary.exists():
 EOF
 }
 
+source "$(dirname "$0")/gpu_common.sh"
+
 # step NAME CAP_S ARGS...: `esjax evolve ARGS` under min(CAP_S, time left less a margin).
 step() {
-    local name=$1 cap=$2 left
-    shift 2
+    local name=$1
     [[ -n ${ONLY:-} && $name != "$ONLY" ]] && return
-    left=$((deadline - SECONDS - 15))
-    ((cap > left)) && cap=$left
-    if ((cap < 20)); then
-        echo "== $name: skipped, $left s left" | tee -a "$out/steps.txt"
-        return
-    fi
-    local start=$SECONDS
-    timeout --signal=INT --kill-after=10 "$cap" python3 -m esjax evolve "$@" --seed 1000 \
-        --out "$out/runs/$name" "${quick[@]}" >"$out/logs/$name.log" 2>&1
-    local rc=$?
-    echo "== $name: rc $rc, $((SECONDS - start)) s (cap $cap s)" | tee -a "$out/steps.txt"
+    capped "$name" "$2" 15 python3 -m esjax evolve "${@:3}" --seed 1000 \
+        --out "$out/runs/$name" "${quick[@]}" || return
     tail -n 4 "$out/logs/$name.log"
     curve "$out/runs/$name" | tee -a "$out/steps.txt"
 }
 
-python3 - >"$out/logs/smoke.log" 2>&1 <<'EOF'
-import jax, brax, mujoco, evosax, gymnax, mujoco_playground, esjax.suites  # noqa: F401
-import esjax.cli, esjax.evolve  # noqa: F401,E401
-print("jax", jax.__version__, "brax", brax.__version__, "mujoco", mujoco.__version__)
-print("devices", jax.devices())
-EOF
-rc=$?
-cat "$out/logs/smoke.log"
-if ((rc != 0)); then
-    echo "smoke check failed (rc $rc): nothing else run"
-    exit 3
-fi
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
+gpu_smoke
 
 # A GPU steps 128 members in about the time of 16: the same wall buys more directions a step.
 step hopper-pop128 90 hopper --popsize 128 --generations 60
