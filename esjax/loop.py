@@ -46,7 +46,10 @@ def drive(
     total = first.total
     state = stacked_state(engine, together)
     last_checkpoint = time.perf_counter()
+    # One process of several exports nothing (KeptProgram), so it has nothing to compile ahead.
     compile_ahead = getattr(engine.evaluate, "compile_in_background", None)
+    if jax.process_count() > 1:
+        compile_ahead = None
     try:
         while first.generation < total:
             if signals.received is not None:
@@ -63,6 +66,9 @@ def drive(
                 compile_ahead = None
             evaluation = None
             if (g + n) % every == 0:
+                # Wait for a compile in short slices: a signal does not end a thread's join.
+                while signals.received is None and _compiling(engine.evaluate):
+                    time.sleep(0.05)
                 if signals.received is not None and _compiling(engine.evaluate):
                     # Rather than wait out the compile, stop at the last recorded generation:
                     # the resumed run redoes this block, with the same numbers.

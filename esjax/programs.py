@@ -117,7 +117,7 @@ class KeptProgram:
         """Programs compiled in this process (for tests that a loop never recompiles)."""
         # A program compiled ahead is one compiled program, with no cache of its own.
         return sum(getattr(call, "_cache_size", lambda: 1)()
-                   for call, _ in self._calls.values() if call is not None)  # fmt: skip
+                   for call, _ in list(self._calls.values()) if call is not None)  # fmt: skip
 
     def _prepare(self, args, leaves, in_tree, signature) -> tuple[Callable | None, Any]:
         if jax.process_count() > 1:  # every process would have to agree on the file

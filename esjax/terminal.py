@@ -8,6 +8,7 @@ at once. Nothing here imports JAX.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -50,8 +51,9 @@ def exit_stopped(message: str, code: int, compiling: bool) -> NoReturn:
     """
     print_stopped(message)
     if compiling:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):  # a closed or broken pipe
+                stream.flush()
         os._exit(code)
     raise typer.Exit(code)
 

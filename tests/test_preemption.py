@@ -221,11 +221,14 @@ def test_signal_handlers_are_restored_after_a_run(tmp_path):
         signal.signal(signal.SIGTERM, previous)
 
 
-def test_a_stop_while_the_evaluation_compiles_does_not_wait_for_it(tmp_path, monkeypatch):
+@pytest.mark.parametrize("moment", ["in_the_block", "while_waiting"])
+def test_a_stop_while_the_evaluation_compiles_does_not_wait_for_it(tmp_path, monkeypatch, moment):
     """A signal in the block before an evaluation whose program is still compiling in the
-    background: the run stops at its last recorded generation, without the evaluation, and
-    resumes to the uninterrupted run's numbers."""
+    background, or while the loop waits for that compile: the run stops at its last recorded
+    generation, without the evaluation, and resumes to the uninterrupted run's numbers."""
     import importlib
+    import os
+    import threading
 
     from esjax import loop
 
@@ -238,7 +241,7 @@ def test_a_stop_while_the_evaluation_compiles_does_not_wait_for_it(tmp_path, mon
 
         def run_block(state, n):
             out = engine.run_block(state, n)
-            if int(n) > 1:  # the block after the first generation: the signal arrives in it
+            if int(n) > 1 and moment == "in_the_block":  # the block after the first generation
                 signal.raise_signal(signal.SIGTERM)
             return out
 
@@ -249,11 +252,26 @@ def test_a_stop_while_the_evaluation_compiles_does_not_wait_for_it(tmp_path, mon
         evaluate.compile_in_background = engine.evaluate.compile_in_background
         return task, dataclasses.replace(engine, run_block=run_block, evaluate=evaluate)
 
-    with monkeypatch.context() as patch:
-        patch.setattr(evolve_module, "build_engine", build)
-        patch.setattr(loop, "_compiling", lambda program: True)
-        with pytest.raises(Interrupted) as err:
-            evolve("pendulum", generations=TOTAL, out=tmp_path / "run", **RUN)
+    timers = []
+
+    def compiling(program):  # the first time the loop asks, it is about to wait: signal then
+        if moment == "while_waiting" and not timers:
+            timers.append(threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)))
+            timers[0].start()
+        return True
+
+    # A signal that came after the run (had it not waited) must fail the test, not end pytest.
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(evolve_module, "build_engine", build)
+            patch.setattr(loop, "_compiling", compiling)
+            with pytest.raises(Interrupted) as err:
+                evolve("pendulum", generations=TOTAL, out=tmp_path / "run", **RUN)
+    finally:
+        for timer in timers:
+            timer.join()
+        signal.signal(signal.SIGTERM, previous)
     assert err.value.exit_code == 143 and err.value.generation == 1
     assert calls["evaluate"] == 0
     assert runs.load_checkpoint(tmp_path / "run")[0]["generation"] == 1
