@@ -16,22 +16,22 @@ quick=()
 [[ ${QUICK:-0} == 1 ]] && quick=(--generations 2 --set episode_length=50 --set evaluation.every=1)
 
 # The evaluations of a run directory: generation, env steps, wall, return; then the final test.
+# Read through esjax's own readers, which skip the torn last line a killed run may leave.
 curve() {
     python3 - "$1" <<'EOF'
-import json, pathlib, sys
+import pathlib, sys
+from esjax.runs import SUMMARY, is_run_dir, load_metrics, read_summary
 run = pathlib.Path(sys.argv[1])
-if not (run / "metrics.jsonl").exists():
-    sys.exit(print(f"  {run.name}: no metrics"))
-for line in (run / "metrics.jsonl").read_text().splitlines():
-    row = json.loads(line)
+if not is_run_dir(run):
+    sys.exit(print(f"  {run.name}: no run"))
+for row in load_metrics(run):
     if "eval_return" in row:
         print(f"  {run.name} g{row['generation']}: {row['env_steps'] / 1e6:.2f} M steps, "
               f"{row['wall_s']:.1f} s, eval {row['eval_return']:.1f}")
-summary = run / "summary.json"
-if summary.exists():
-    s = json.loads(summary.read_text())
-    print(f"  {run.name} final: " + ", ".join(f"{k} {v}" for k, v in s.items()
-                                              if k in ("final_test_return", "solved", "env_steps", "wall_s")))
+if (run / SUMMARY).exists():
+    shown = ("final_test_return", "solved", "env_steps", "wall_s")
+    print(f"  {run.name} final: " + ", ".join(f"{k} {v}" for k, v in read_summary(run).items()
+                                              if k in shown))
 EOF
 }
 

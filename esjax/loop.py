@@ -47,9 +47,8 @@ def drive(
     state = stacked_state(engine, together)
     last_checkpoint = time.perf_counter()
     # One process of several exports nothing (KeptProgram), so it has nothing to compile ahead.
-    compile_ahead = getattr(engine.evaluate, "compile_in_background", None)
-    if jax.process_count() > 1:
-        compile_ahead = None
+    alone = jax.process_count() == 1
+    compile_ahead = getattr(engine.evaluate, "compile_in_background", None) if alone else None
     try:
         while first.generation < total:
             if signals.received is not None:
@@ -69,7 +68,7 @@ def drive(
                 # Wait for a compile in short slices: a signal does not end a thread's join.
                 while signals.received is None and _compiling(engine.evaluate):
                     time.sleep(0.05)
-                if signals.received is not None and _compiling(engine.evaluate):
+                if _compiling(engine.evaluate):  # still: the wait ended on a stop signal
                     # Rather than wait out the compile, stop at the last recorded generation:
                     # the resumed run redoes this block, with the same numbers.
                     _stop(together, interrupted, signals.received)

@@ -66,9 +66,7 @@ class KeptProgram:
         self._building: dict[Any, threading.Thread] = {}
 
     def __call__(self, *args: Any) -> Any:
-        args = self.place(args)
-        leaves, in_tree = jax.tree.flatten(args)
-        signature = (str(in_tree), tuple(_describe(leaf) for leaf in leaves))
+        args, leaves, in_tree, signature = self._placed(args)
         building = self._building.pop(signature, None)
         if building is not None:
             building.join()
@@ -90,9 +88,7 @@ class KeptProgram:
         call to meet again, where the caller sees it. The thread is not a daemon: a process
         that exits while XLA compiles in a daemon thread aborts, so exit waits for it instead.
         """
-        args = self.place(args)
-        leaves, in_tree = jax.tree.flatten(args)
-        signature = (str(in_tree), tuple(_describe(leaf) for leaf in leaves))
+        args, leaves, in_tree, signature = self._placed(args)
         if signature in self._calls or signature in self._building:
             return
 
@@ -112,6 +108,12 @@ class KeptProgram:
     def compiling(self) -> bool:
         """True while a thread :meth:`compile_in_background` started is still at work."""
         return any(thread.is_alive() for thread in self._building.values())
+
+    def _placed(self, args: tuple) -> tuple[tuple, list[Any], Any, tuple]:
+        """``args`` placed, their leaves and tree, and the signature programs are kept by."""
+        args = self.place(args)
+        leaves, in_tree = jax.tree.flatten(args)
+        return args, leaves, in_tree, (str(in_tree), tuple(_describe(leaf) for leaf in leaves))
 
     def _cache_size(self) -> int:
         """Programs compiled in this process (for tests that a loop never recompiles)."""
