@@ -13,17 +13,27 @@ pendulum towards the top whatever the sign of ``m``. Near the top a feedback-lin
 cancels gravity and divides by the actuator gain (a negative ``m`` flips the torque too). The
 torque is clipped to the env's bound.
 
+Acrobot (gymnax ``Acrobot-v1``, torque on the elbow only): no closed-form swing-up is known
+that is also fast, so its reference plans with the physics instead. Every step it tries each
+sequence of three held actions (27 plans of 9 steps, 1.8 s) through gymnax's own ``step_env``
+with the parameters it is told, and takes the first action of the plan that lifts the tip
+soonest or, where none does, ends with the most mechanical energy. The elbow torque's power is
+``tau theta2'``, so pumping energy is what a swing-up needs; the short look-ahead picks when.
+It sees the variant only through the told parameters, like the pendulum's controller.
+
 Where no analytic controller is shipped, :data:`REFERENCES` names the reference used instead.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from gymnax.environments.classic_control import acrobot
 
 from esjax.config import ConfigError
 from esjax.policies import ActionHead, Policy
@@ -32,9 +42,20 @@ from esjax.rollout import PopulationRollout
 BASELINES = ("analytic", "random", "zero")
 # Env parameters the pendulum controller is handed, appended to its observation in this order.
 PENDULUM_INPUTS = ("m", "l", "g", "max_torque")
+# Acrobot parameters the planner is handed: the sampled link and what a grid may vary.
+ACROBOT_INPUTS = (
+    "link_length_1",
+    "link_mass_1",
+    "link_mass_2",
+    "link_com_pos_1",
+    "link_com_pos_2",
+    "link_moi",
+)
+# The planner's look-ahead: every sequence of PLAN_MOVES actions, each held for PLAN_HOLD steps.
+# 3 x 3 (1.8 s) beat 1-4 moves held 1-5 steps on link lengths 0.1-1.9 (docs/meta.md).
+PLAN_MOVES, PLAN_HOLD = 3, 3
 # Envs without an analytic controller here, and the reference docs/meta.md uses for them.
 REFERENCES = {
-    "Acrobot-v1": "the trained oracle MLP (an energy-based acrobot swing-up is not shipped)",
     "BernoulliBandit-misc": "the Bayes-optimal regret (Gittins index), examples/meta_bandit.py",
 }
 
@@ -79,15 +100,94 @@ def pendulum_torque(
     return jnp.clip(torque, -max_torque, max_torque)
 
 
+def acrobot_energy(state: acrobot.EnvState, params: acrobot.EnvParams) -> jax.Array:
+    """Kinetic plus potential energy of gymnax's acrobot (angles 0 hanging down).
+
+    The mass matrix is the one gymnax's ``_dsdt`` integrates, with both links' moment of
+    inertia ``link_moi``; gymnax's dynamics never read ``link_length_2``, so neither does this.
+    """
+    m1, m2, l1 = params.link_mass_1, params.link_mass_2, params.link_length_1
+    lc1, lc2, inertia = params.link_com_pos_1, params.link_com_pos_2, params.link_moi
+    theta1, theta2 = state.joint_angle1, state.joint_angle2
+    speed1, speed2 = state.velocity_1, state.velocity_2
+    coupling = m2 * l1 * lc2 * jnp.cos(theta2)
+    d11 = m1 * lc1**2 + m2 * (l1**2 + lc2**2) + 2.0 * coupling + 2.0 * inertia
+    d12 = m2 * lc2**2 + coupling + inertia
+    d22 = m2 * lc2**2 + inertia
+    kinetic = 0.5 * (d11 * speed1**2 + 2.0 * d12 * speed1 * speed2 + d22 * speed2**2)
+    gravity = 9.8  # gymnax's _dsdt
+    potential = -gravity * (
+        (m1 * lc1 + m2 * l1) * jnp.cos(theta1) + m2 * lc2 * jnp.cos(theta1 + theta2)
+    )
+    return kinetic + potential
+
+
+def acrobot_plans(moves: int = PLAN_MOVES, hold: int = PLAN_HOLD) -> jax.Array:
+    """Every sequence of ``moves`` actions (0, 1, 2), each repeated ``hold`` steps."""
+    plans = np.asarray(list(itertools.product(range(3), repeat=moves)), np.int32)
+    return jnp.asarray(np.repeat(plans, hold, axis=1))
+
+
+def acrobot_action(obs: jax.Array, params: acrobot.EnvParams, plans: jax.Array) -> jax.Array:
+    """The first action of the best plan from an acrobot observation, simulated with ``params``.
+
+    The observation holds both angles (as cos, sin) and both speeds: the whole state. A plan
+    that reaches the goal scores above every plan that does not, sooner above later.
+    """
+    env = acrobot.Acrobot()
+    start = acrobot.EnvState(
+        joint_angle1=jnp.arctan2(obs[1], obs[0]),
+        joint_angle2=jnp.arctan2(obs[3], obs[2]),
+        velocity_1=obs[4],
+        velocity_2=obs[5],
+        time=jnp.int32(0),
+    )
+    horizon = plans.shape[1]
+
+    def simulate(plan):
+        def step(carry, action):
+            state, reached_at, t = carry
+            # Noise-free unless the env adds torque noise; the planner then plans on one draw.
+            _, after, _, _, _ = env.step_env(jax.random.key(0), state, action, params)
+            reached = env.is_terminated(after, params) & (reached_at > horizon)
+            return (after, jnp.where(reached, t, reached_at), t + 1), None
+
+        (end, reached_at, _), _ = jax.lax.scan(step, (start, horizon + 1, 0), plan)
+        # Energies are tens of joules at most; a reached goal outranks any of them.
+        return jnp.where(reached_at <= horizon, 1e6 - reached_at, acrobot_energy(end, params))
+
+    return plans[jnp.argmax(jax.vmap(simulate)(plans)), 0]
+
+
+def _acrobot_policy(head: ActionHead) -> tuple[Policy, tuple[str, ...]]:
+    obs_size, plans = 6, acrobot_plans()
+
+    def apply(params, x, carry, key):
+        told = dict(zip(ACROBOT_INPUTS, x[obs_size:], strict=True))
+        return acrobot_action(x[:obs_size], acrobot.EnvParams(**told), plans), carry
+
+    policy = Policy(
+        init=lambda key: {"unused": jnp.zeros(())},  # a population needs one leaf to map over
+        apply=apply,
+        initial_carry=lambda: (),
+        head=head,
+        input_size=obs_size + len(ACROBOT_INPUTS),
+    )
+    return policy, ACROBOT_INPUTS
+
+
 def analytic_policy(env_name: str, action_space: Any) -> tuple[Policy, tuple[str, ...]]:
     """The analytic controller as a :class:`Policy`, and the env parameters it must be fed.
 
     Its input is the raw observation followed by those parameters (a rollout's
-    ``param_inputs``); its params are its gains; it carries nothing.
+    ``param_inputs``); its params are its gains (the pendulum's) or one unused leaf (the
+    acrobot's planner); it carries nothing.
     """
+    head = ActionHead.from_space(action_space)
+    if env_name == "Acrobot-v1":
+        return _acrobot_policy(head)
     if env_name != "Pendulum-v1":
         raise ConfigError(f"no analytic controller for {env_name}: {_reference_hint(env_name)}")
-    head = ActionHead.from_space(action_space)
     obs_size = 3
 
     def apply(gains, x, carry, key):
@@ -132,7 +232,10 @@ def random_policy(like: Policy) -> Policy:
 def _reference_hint(env_name: str) -> str:
     if env_name in REFERENCES:
         return f"its reference is {REFERENCES[env_name]}"
-    return "analytic baselines exist for Pendulum-v1 (pendulum, pendulum-meta, -cadm, -sign)"
+    return (
+        "analytic baselines exist for Pendulum-v1 (pendulum, pendulum-meta, -cadm, -sign) "
+        "and Acrobot-v1 (acrobot, acrobot-meta)"
+    )
 
 
 @functools.lru_cache(maxsize=8)
