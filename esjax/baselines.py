@@ -19,7 +19,11 @@ sequence of three held actions (27 plans of 9 steps, 1.8 s) through gymnax's own
 with the parameters it is told, and takes the first action of the plan that lifts the tip
 soonest or, where none does, ends with the most mechanical energy. The elbow torque's power is
 ``tau theta2'``, so pumping energy is what a swing-up needs; the short look-ahead picks when.
-It sees the variant only through the told parameters, like the pendulum's controller.
+It sees the variant only through the told parameters, like the pendulum's controller, and
+takes the env's other parameters from the rollout.
+
+A controller must be told every parameter the episodes draw: a sampler or split that draws
+another (a pendulum's ``dt``, say) is refused, since the reference would control another env.
 
 Where no analytic controller is shipped, :data:`REFERENCES` names the reference used instead.
 """
@@ -28,16 +32,19 @@ from __future__ import annotations
 
 import functools
 import itertools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from gymnax.environments.classic_control import acrobot
 
 from esjax.config import ConfigError
+from esjax.envs import import_gymnax
 from esjax.policies import ActionHead, Policy
 from esjax.rollout import PopulationRollout
+
+if TYPE_CHECKING:
+    from gymnax.environments.classic_control import acrobot
 
 BASELINES = ("analytic", "random", "zero")
 # Env parameters the pendulum controller is handed, appended to its observation in this order.
@@ -51,6 +58,12 @@ ACROBOT_INPUTS = (
     "link_com_pos_2",
     "link_moi",
 )
+# Params that change nothing a controller must know: every other env param a sampler or split
+# draws must be among the controller's inputs, or its reference would be silently wrong.
+UNUSED_PARAMS = {
+    "Pendulum-v1": ("max_steps_in_episode",),
+    "Acrobot-v1": ("max_steps_in_episode", "link_length_2"),  # gymnax never reads the second
+}
 # The planner's look-ahead: every sequence of PLAN_MOVES actions, each held for PLAN_HOLD steps.
 # 3 x 3 (1.8 s) beat 1-4 moves held 1-5 steps on link lengths 0.1-1.9 (docs/meta.md).
 PLAN_MOVES, PLAN_HOLD = 3, 3
@@ -128,12 +141,22 @@ def acrobot_plans(moves: int = PLAN_MOVES, hold: int = PLAN_HOLD) -> jax.Array:
     return jnp.asarray(np.repeat(plans, hold, axis=1))
 
 
+def _gymnax_acrobot():
+    """gymnax's acrobot module, imported on first use through :func:`import_gymnax`."""
+    import_gymnax()
+    from gymnax.environments.classic_control import acrobot
+
+    return acrobot
+
+
 def acrobot_action(obs: jax.Array, params: acrobot.EnvParams, plans: jax.Array) -> jax.Array:
     """The first action of the best plan from an acrobot observation, simulated with ``params``.
 
     The observation holds both angles (as cos, sin) and both speeds: the whole state. A plan
-    that reaches the goal scores above every plan that does not, sooner above later.
+    that reaches the goal scores above every plan that does not, sooner above later. Torque
+    noise, if ``params`` has any, is one fixed draw: the plans are compared on the same noise.
     """
+    acrobot = _gymnax_acrobot()
     env = acrobot.Acrobot()
     start = acrobot.EnvState(
         joint_angle1=jnp.arctan2(obs[1], obs[0]),
@@ -147,24 +170,26 @@ def acrobot_action(obs: jax.Array, params: acrobot.EnvParams, plans: jax.Array) 
     def simulate(plan):
         def step(carry, action):
             state, reached_at, t = carry
-            # Noise-free unless the env adds torque noise; the planner then plans on one draw.
             _, after, _, _, _ = env.step_env(jax.random.key(0), state, action, params)
             reached = env.is_terminated(after, params) & (reached_at > horizon)
             return (after, jnp.where(reached, t, reached_at), t + 1), None
 
         (end, reached_at, _), _ = jax.lax.scan(step, (start, horizon + 1, 0), plan)
-        # Energies are tens of joules at most; a reached goal outranks any of them.
+        # Energies stay far below 1e6 (about 1.5 kJ at gymnax's speed limits), so a reached
+        # goal outranks every plan that reaches none.
         return jnp.where(reached_at <= horizon, 1e6 - reached_at, acrobot_energy(end, params))
 
     return plans[jnp.argmax(jax.vmap(simulate)(plans)), 0]
 
 
-def _acrobot_policy(head: ActionHead) -> tuple[Policy, tuple[str, ...]]:
+def _acrobot_policy(head: ActionHead, env_params: Any) -> tuple[Policy, tuple[str, ...]]:
+    """The planner as a policy: the rollout's fixed params, with the told ones put in."""
     obs_size, plans = 6, acrobot_plans()
+    base = _gymnax_acrobot().EnvParams() if env_params is None else env_params
 
     def apply(params, x, carry, key):
         told = dict(zip(ACROBOT_INPUTS, x[obs_size:], strict=True))
-        return acrobot_action(x[:obs_size], acrobot.EnvParams(**told), plans), carry
+        return acrobot_action(x[:obs_size], base.replace(**told), plans), carry
 
     policy = Policy(
         init=lambda key: {"unused": jnp.zeros(())},  # a population needs one leaf to map over
@@ -176,16 +201,19 @@ def _acrobot_policy(head: ActionHead) -> tuple[Policy, tuple[str, ...]]:
     return policy, ACROBOT_INPUTS
 
 
-def analytic_policy(env_name: str, action_space: Any) -> tuple[Policy, tuple[str, ...]]:
+def analytic_policy(
+    env_name: str, action_space: Any, env_params: Any = None
+) -> tuple[Policy, tuple[str, ...]]:
     """The analytic controller as a :class:`Policy`, and the env parameters it must be fed.
 
     Its input is the raw observation followed by those parameters (a rollout's
     ``param_inputs``); its params are its gains (the pendulum's) or one unused leaf (the
-    acrobot's planner); it carries nothing.
+    acrobot's planner); it carries nothing. The acrobot's planner simulates with
+    ``env_params`` (the rollout's fixed ones; gymnax's defaults if ``None``) and the told ones.
     """
     head = ActionHead.from_space(action_space)
     if env_name == "Acrobot-v1":
-        return _acrobot_policy(head)
+        return _acrobot_policy(head, env_params)
     if env_name != "Pendulum-v1":
         raise ConfigError(f"no analytic controller for {env_name}: {_reference_hint(env_name)}")
     obs_size = 3
@@ -252,7 +280,9 @@ def baseline_rollout(rollout: Any, baseline: str) -> Any:
     if baseline == "random":
         return rollout.replace(policy=random_policy(rollout.policy))
     env_name = getattr(rollout.env, "name", type(rollout.env).__name__)
-    policy, inputs = analytic_policy(env_name, rollout.env.action_space(rollout.env_params))
+    space = rollout.env.action_space(rollout.env_params)
+    policy, inputs = analytic_policy(env_name, space, rollout.env_params)
+    _check_told_everything_drawn(env_name, rollout.env_params_sampler, inputs)
     return PopulationRollout(
         rollout.env,
         policy,
@@ -263,6 +293,17 @@ def baseline_rollout(rollout: Any, baseline: str) -> Any:
         devices=rollout.devices,
         param_inputs=inputs,
     )
+
+
+def _check_told_everything_drawn(env_name: str, sampler: Any, inputs: tuple[str, ...]) -> None:
+    """A controller must be told every param the episodes draw, or it controls another env."""
+    drawn = [name for name, _ in sampler.distributions] if sampler is not None else []
+    hidden = sorted(set(drawn) - set(inputs) - set(UNUSED_PARAMS.get(env_name, ())))
+    if hidden:
+        raise ConfigError(
+            f"the analytic controller for {env_name} is not told {', '.join(hidden)}, which "
+            f"these episodes draw; it is told {', '.join(inputs)}"
+        )
 
 
 def check_baseline(baseline: str) -> None:

@@ -26,11 +26,15 @@ from esjax.baselines import (
     acrobot_plans,
     reference_returns,
 )
-from esjax.config import parse_task
+from esjax.config import ConfigError, parse_task
 from esjax.engine import seed_keys
 from esjax.tasks import make_rollout, make_sampler
 
 ENV, DEFAULT = gymnax.make("Acrobot-v1")
+# Unequal links, so a term with the two links' masses, centres or inertia swapped shows.
+UNEQUAL = DEFAULT.replace(
+    link_mass_1=1.3, link_mass_2=0.7, link_com_pos_1=0.4, link_com_pos_2=0.6, link_moi=0.8
+)
 NO_TORQUE, PUSH = 1, {-1: 0, 1: 2}  # gymnax's actions index [-1, 0, +1]
 
 
@@ -65,7 +69,7 @@ def test_energy_is_conserved_by_gymnax_without_torque(length):
     """Over 10 steps without torque, gymnax's RK4 (0.2 s steps) keeps the energy of every
     state that stays slower than 5 rad/s within 0.5 % of the range over the states (faster
     swings are where a 0.2 s step's integration error grows)."""
-    params = DEFAULT.replace(link_length_1=length)
+    params = UNEQUAL.replace(link_length_1=length)
     start = start_states(32, spread=1.0)
     energy = jax.vmap(acrobot_energy, in_axes=(0, None))
     before = energy(start, params)
@@ -84,36 +88,40 @@ def test_energy_rises_when_the_torque_pushes_with_the_elbow():
     its sign, pushing with it adds energy and pushing against it removes some."""
     start = start_states(64, seed=1)
     energy = jax.vmap(acrobot_energy, in_axes=(0, None))
-    before = np.asarray(energy(start, DEFAULT))
+    before = np.asarray(energy(start, UNEQUAL))
     direction = np.sign(np.asarray(start.velocity_2))
     along = jnp.where(start.velocity_2 > 0, PUSH[1], PUSH[-1])
     against = jnp.where(start.velocity_2 > 0, PUSH[-1], PUSH[1])
     step = jax.vmap(ENV.step_env, in_axes=(None, 0, 0, None))
-    _, with_elbow, *_ = step(jax.random.key(0), start, along, DEFAULT)
-    _, against_elbow, *_ = step(jax.random.key(0), start, against, DEFAULT)
+    _, with_elbow, *_ = step(jax.random.key(0), start, along, UNEQUAL)
+    _, against_elbow, *_ = step(jax.random.key(0), start, against, UNEQUAL)
     kept = (np.sign(np.asarray(with_elbow.velocity_2)) == direction) & (
         np.sign(np.asarray(against_elbow.velocity_2)) == direction
     )
-    gain = np.asarray(energy(with_elbow, DEFAULT)) - before
-    loss = np.asarray(energy(against_elbow, DEFAULT)) - before
+    gain = np.asarray(energy(with_elbow, UNEQUAL)) - before
+    loss = np.asarray(energy(against_elbow, UNEQUAL)) - before
     assert kept.sum() >= 16
     assert np.all(gain[kept] > 0) and np.all(loss[kept] < 0)
+
+
+STEP = jax.jit(ENV.step_env)
+REACHED = jax.jit(ENV.is_terminated)
+ENERGY = jax.jit(acrobot_energy)
 
 
 def brute_force(obs: np.ndarray, params) -> int:
     """The planner's rule, written out: every plan stepped in a Python loop through gymnax."""
     obs = jnp.asarray(obs)
     state = acrobot_state(jnp.arctan2(obs[1], obs[0]), jnp.arctan2(obs[3], obs[2]), obs[4], obs[5])
-    step = jax.jit(ENV.step_env)
     best, best_value = None, -np.inf
     for moves in itertools.product(range(3), repeat=PLAN_MOVES):
         s, value = state, None
         for t, action in enumerate(np.repeat(moves, PLAN_HOLD)):
-            _, s, _, _, _ = step(jax.random.key(0), s, int(action), params)
-            if ENV.is_terminated(s, params):
+            _, s, _, _, _ = STEP(jax.random.key(0), s, int(action), params)
+            if REACHED(s, params):
                 value = 1e6 - t
                 break
-        value = float(acrobot_energy(s, params)) if value is None else value
+        value = float(ENERGY(s, params)) if value is None else value
         if value > best_value:  # the first of equals, like argmax
             best, best_value = moves[0], value
     return best
@@ -144,10 +152,11 @@ def test_rollout_matches_a_plain_gymnax_loop_on_sampled_lengths():
     """``reference_returns`` on acrobot-meta's episodes against a Python loop.
 
     The loop splits each episode key as the rollout does (``params, reset, episode``), draws
-    the link length with the task's sampler, and tells the planner the drawn parameters.
+    the link length with the task's sampler, and tells the planner the drawn parameters. The
+    task also fixes a shorter time step, which the planner must take from the rollout.
     """
     _, raw, source = presets.locate("task", "acrobot-meta")
-    task = parse_task(raw, source)
+    task = parse_task({**raw, "env_params": {"dt": 0.15}}, source)
     rollout = make_rollout(task, deterministic=True)
     key, episodes = seed_keys(5)["test"], 3
     returns = reference_returns(rollout, key, episodes, "analytic")
@@ -158,7 +167,7 @@ def test_rollout_matches_a_plain_gymnax_loop_on_sampled_lengths():
     expected = []
     for episode_key in jax.random.split(key, episodes):
         k_params, k_reset, k_episode = jax.random.split(episode_key, 3)
-        params = sampler(k_params, DEFAULT)
+        params = sampler(k_params, DEFAULT.replace(dt=0.15))
         obs, state = ENV.reset(k_reset, params)
         total = 0.0
         for step_key in jax.random.split(k_episode, task.episode_length):
@@ -170,7 +179,7 @@ def test_rollout_matches_a_plain_gymnax_loop_on_sampled_lengths():
                 break
         expected.append(total)
     np.testing.assert_allclose(returns, expected)
-    assert np.all(np.asarray(returns) > -200)  # it swings up on every sampled length
+    assert len(set(expected)) == episodes  # distinct episodes, not one repeated
 
 
 def test_swings_up_every_length_the_preset_trains_on_much_sooner_than_random():
@@ -180,3 +189,11 @@ def test_swings_up_every_length_the_preset_trains_on_much_sooner_than_random():
     planner = reference_returns(rollout, key, 64, "analytic")
     random = reference_returns(rollout, key, 64, "random")
     assert planner.min() > -200 and random.mean() < -400
+
+
+def test_a_drawn_param_the_planner_is_not_told_is_refused():
+    _, raw, source = presets.locate("task", "acrobot-meta")
+    drawn = {**raw["env_sampler"], "dt": {"dist": "uniform", "low": 0.1, "high": 0.3}}
+    rollout = make_rollout(parse_task({**raw, "env_sampler": drawn}, source), deterministic=True)
+    with pytest.raises(ConfigError, match="not told dt"):
+        reference_returns(rollout, jax.random.key(0), 2, "analytic")

@@ -745,6 +745,17 @@ def test_gymnax_loads_without_seaborn_until_something_reads_it():
     )
 
 
+def test_every_command_s_imports_leave_seaborn_and_pyplot_unloaded():
+    """What each CLI command imports (esjax.commands, and the baselines, evaluation and saved
+    policies under it) never imports gymnax past the stand-ins: a module that imports
+    gymnax directly at its top would load seaborn and pyplot, over a second of every start."""
+    _runs_fresh(
+        "import esjax.commands, esjax.baselines, esjax.evaluation, esjax.saved",
+        "assert 'seaborn.palettes' not in sys.modules",
+        "assert 'matplotlib.figure' not in sys.modules",
+    )
+
+
 def test_gymnax_loads_without_pyplot_until_something_reads_it():
     """pyplot stays unexecuted through gymnax's import; any way of reaching it gets the real one."""
     _runs_fresh(
