@@ -142,11 +142,9 @@ def acrobot_plans(moves: int = PLAN_MOVES, hold: int = PLAN_HOLD) -> jax.Array:
 
 
 def _gymnax_acrobot():
-    """gymnax's acrobot module, imported on first use through :func:`import_gymnax`."""
-    import_gymnax()
-    from gymnax.environments.classic_control import acrobot
-
-    return acrobot
+    """gymnax's acrobot module, loaded on first use through :func:`import_gymnax` (which keeps
+    gymnax's drawing-only imports out of every command's start-up)."""
+    return import_gymnax().environments.classic_control.acrobot
 
 
 def acrobot_action(obs: jax.Array, params: acrobot.EnvParams, plans: jax.Array) -> jax.Array:
@@ -185,11 +183,10 @@ def acrobot_action(obs: jax.Array, params: acrobot.EnvParams, plans: jax.Array) 
 def _acrobot_policy(head: ActionHead, env_params: Any) -> tuple[Policy, tuple[str, ...]]:
     """The planner as a policy: the rollout's fixed params, with the told ones put in."""
     obs_size, plans = 6, acrobot_plans()
-    base = _gymnax_acrobot().EnvParams() if env_params is None else env_params
 
     def apply(params, x, carry, key):
         told = dict(zip(ACROBOT_INPUTS, x[obs_size:], strict=True))
-        return acrobot_action(x[:obs_size], base.replace(**told), plans), carry
+        return acrobot_action(x[:obs_size], env_params.replace(**told), plans), carry
 
     policy = Policy(
         init=lambda key: {"unused": jnp.zeros(())},  # a population needs one leaf to map over
@@ -202,14 +199,14 @@ def _acrobot_policy(head: ActionHead, env_params: Any) -> tuple[Policy, tuple[st
 
 
 def analytic_policy(
-    env_name: str, action_space: Any, env_params: Any = None
+    env_name: str, action_space: Any, env_params: Any
 ) -> tuple[Policy, tuple[str, ...]]:
     """The analytic controller as a :class:`Policy`, and the env parameters it must be fed.
 
     Its input is the raw observation followed by those parameters (a rollout's
     ``param_inputs``); its params are its gains (the pendulum's) or one unused leaf (the
     acrobot's planner); it carries nothing. The acrobot's planner simulates with
-    ``env_params`` (the rollout's fixed ones; gymnax's defaults if ``None``) and the told ones.
+    ``env_params`` (the rollout's fixed ones) and the told ones.
     """
     head = ActionHead.from_space(action_space)
     if env_name == "Acrobot-v1":
