@@ -60,7 +60,7 @@ _NEVER_EXPOSED = ("params", "params_path")
 RENAMED = {"use_antithetic_sampling": "antithetic", "lr_std_init": "lr_std"}
 # Algorithms whose population is ``[+z, -z]`` (member i mirrors i + popsize/2) whatever their
 # settings; otherwise an ``antithetic`` setting says so.
-_ALWAYS_MIRRORED = ("PGPE",)
+_ALWAYS_MIRRORED = ("ARS", "PGPE")
 
 # What cannot be discovered: an algorithm that needs an input besides the fitness of whole
 # episodes. Keyed by evosax class name.
@@ -248,7 +248,7 @@ _OPTIMIZER = {
     "max_velocity": Setting(0.1, "number", "clipup: largest step norm"),
     "weight_decay": Setting(0.0, "number", "decoupled decay of the mean per generation"),
 }
-_RANK_GROUPS = {  # centred ranks can be taken within groups of members sharing episode starts
+_RANK_GROUPS = {  # groups of members sharing episode starts (ranks taken within each)
     "env_groups": Setting(
         1, "groups", "groups of members sharing episode starts; 'auto' = popsize / 32"
     ),
@@ -317,7 +317,10 @@ def _esjax_settings(name: str, probed: _Probed) -> dict[str, Setting]:
     settings["fitness_shaping"] = Setting(
         default_name, tuple(shaping_names), "raw fitness -> what the update sees"
     )
-    if default_name == "centered_rank":
+    # Groups apply where ranks are taken within a group, and to mirrored pairs: a pair that
+    # shares its start compares its two directions on the same episode (ARS's own runs give
+    # every pair a start of its own).
+    if default_name == "centered_rank" or name in _ALWAYS_MIRRORED:
         settings.update(_RANK_GROUPS)
     return settings
 

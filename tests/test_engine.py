@@ -158,6 +158,20 @@ def test_env_groups_share_starts_within_a_group_only():
     assert np.all(np.isfinite(np.asarray(state.strategy.mean)))
 
 
+def test_ars_mirrored_pairs_share_a_start_with_env_groups():
+    # ARS's own runs give each direction its own start; here each pair (i, i + POP/2) does.
+    spec = load_strategy("ARS", {"popsize": POP, "env_groups": POP // 2})
+    rollout = PopulationRollout("Pendulum-v1", MLP(hidden=(8,)), STEPS)
+    grouped = make_engine(
+        rollout, rollout, lambda n: build_strategy(spec, n), eval_episodes=EPISODES
+    )
+    params = jax.vmap(grouped.unravel)(jnp.zeros((POP, grouped.num_dims)))
+    returns = np.asarray(grouped.population_rollout(jax.random.key(0), params, None).returns[:, 0])
+    half = POP // 2
+    np.testing.assert_array_equal(returns[:half], returns[half:])
+    assert len(set(returns[:half].tolist())) == half
+
+
 def test_running_moments_match_pooled_moments():
     rng = np.random.default_rng(0)
     norm = norm_init(3)

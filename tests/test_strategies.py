@@ -476,7 +476,10 @@ def test_algorithms_that_cannot_run_are_refused_in_one_line(name, reason):
 
 def test_evosax_argument_checks_become_one_line_errors():
     # evosax asserts an even population for mirrored sampling; esjax reports it before compiling.
-    with pytest.raises(ConfigError, match=r"ARS cannot be built with popsize 7.*even"):
+    with pytest.raises(ConfigError, match=r"CR_FM_NES cannot be built with popsize 7.*even"):
+        build_strategy(load_strategy("CR_FM_NES", {"popsize": 7}), num_dims=4)
+    # ARS's mirrored pairs are esjax's own check, made before evosax is asked.
+    with pytest.raises(ConfigError, match=r"popsize 7: ARS samples mirrored pairs"):
         build_strategy(load_strategy("ars", {"popsize": 7}), num_dims=4)
 
 
@@ -582,3 +585,26 @@ def test_worst_episodes_reaches_the_strategy_through_the_rollout_summary():
     assert not np.allclose(expected, episodes.mean(axis=1), rtol=1e-3)
     with pytest.raises(ConfigError, match=r"worst_episodes must be a number in \(0, 1\], got 0"):
         resolve_config("pendulum", overrides=["strategy_settings.worst_episodes=0"])
+
+
+@pytest.mark.parametrize("name", ["ARS", "PGPE"])
+def test_always_mirrored_algorithms_ask_mirrored_pairs(name):
+    # esjax keeps member i and i + popsize/2 together (env_groups); evosax's own ask is the
+    # reference for whether they really are +z and -z about the mean.
+    strategy = build_strategy(load_strategy(name, {"popsize": 8}), num_dims=3)
+    assert algorithms.is_mirrored(name, strategy.spec.settings)
+    mean = jnp.asarray([0.5, -1.0, 2.0])
+    state = strategy.init(jax.random.key(0), mean)
+    population, _ = strategy.ask(jax.random.key(1), state)
+    population = np.asarray(population)
+    np.testing.assert_allclose(
+        population[:4] + population[4:], np.tile(2 * np.asarray(mean), (4, 1)), atol=1e-5
+    )
+    assert not np.allclose(population[:4], population[4:])
+
+
+def test_ars_takes_env_groups_of_mirrored_pairs():
+    spec = load_strategy("ARS", {"popsize": 8, "env_groups": 4})
+    assert spec.loop.env_groups == 4
+    with pytest.raises(ConfigError, match="does not split into env_groups = 8 groups of mirrored"):
+        build_strategy(load_strategy("ARS", {"popsize": 8, "env_groups": 8}), 2)
