@@ -211,7 +211,7 @@ def _child(where: str, name: str) -> str:
 DISTRIBUTIONS = ("uniform", "log_uniform", "choice", "random_sign")
 POLICY_KINDS = ("mlp", "lstm", "gru", "cnn")
 RECURRENT_KINDS = ("lstm", "gru")  # policies whose ``hidden`` is one cell size
-ACTION_MODES = ("greedy", "sample")
+ACTION_MODES = ("greedy", "sample", "raw")
 
 
 # Fresh test episodes per seed behind the solved verdict, unless a task sets ``test_episodes``.
@@ -262,10 +262,13 @@ class PolicyConfig:
     ``param_inputs`` names env parameters appended to the observation (an oracle baseline);
     ``frame_stack`` feeds the last k observations (a memory without recurrence).
 
-    ``actions`` (discrete actions only): ``"greedy"`` takes the argmax of the logits;
+    ``actions``, for discrete actions: ``"greedy"`` takes the argmax of the logits;
     ``"sample"`` draws from their softmax in training and testing alike. A sampled policy's
     expected return changes smoothly with its weights, so ES sees a gradient where a greedy one
     sits on a plateau of identical episodes (a deterministic game such as Breakout-MinAtar).
+    Continuous actions are ``tanh`` squashed into the env's bounds, except with ``"raw"``: the
+    network's outputs go to the env as they are, and the env applies its bounds (ARS's linear
+    policies; Brax charges its control cost on the action given, so large actions cost more).
 
     ``mirror`` (``mlp``, ``lstm``, ``gru``): each observation component's sign when the env is
     seen in a mirror, e.g. ``[1, -1, -1]`` for the pendulum's cos, sin and speed; the policy

@@ -47,8 +47,11 @@ def is_discrete(space: Any) -> bool:
 class ActionHead:
     """How network outputs become env actions.
 
-    Continuous (Box) actions are ``tanh`` squashed into the bounds; discrete actions are
-    logits, argmax when deterministic and sampled otherwise.
+    Continuous (Box) actions are ``tanh`` squashed into the bounds, or with ``raw`` the
+    outputs as they are: the env applies its own bounds, as ARS's linear policies leave it to
+    (Brax and MuJoCo clamp the control and charge their control cost on the action given, so
+    an action far outside the bounds costs more rather than saturating for free). Discrete
+    actions are logits, argmax when deterministic and sampled otherwise.
     """
 
     discrete: bool
@@ -56,10 +59,13 @@ class ActionHead:
     shape: tuple[int, ...] = ()
     low: Any = None
     high: Any = None
+    raw: bool = False
 
     @classmethod
-    def from_space(cls, space: Any) -> ActionHead:
+    def from_space(cls, space: Any, raw: bool = False) -> ActionHead:
         if is_discrete(space):
+            if raw:
+                raise ValueError("raw actions are for continuous (Box) action spaces")
             return cls(discrete=True, size=int(space.n))
         if all(hasattr(space, name) for name in ("low", "high", "shape")):
             shape = tuple(space.shape)
@@ -68,7 +74,7 @@ class ActionHead:
                 size *= int(dim)
             low = jnp.broadcast_to(jnp.asarray(space.low, jnp.float32), shape).reshape(-1)
             high = jnp.broadcast_to(jnp.asarray(space.high, jnp.float32), shape).reshape(-1)
-            return cls(discrete=False, size=size, shape=shape, low=low, high=high)
+            return cls(discrete=False, size=size, shape=shape, low=low, high=high, raw=raw)
         raise TypeError(f"unsupported action space {type(space).__name__}: need Discrete or Box")
 
     def __call__(self, outputs: jax.Array, key: jax.Array, deterministic: bool) -> jax.Array:
@@ -76,6 +82,8 @@ class ActionHead:
             if deterministic:
                 return jnp.argmax(outputs, axis=-1).astype(jnp.int32)
             return jax.random.categorical(key, outputs).astype(jnp.int32)
+        if self.raw:
+            return outputs.reshape(self.shape)
         squashed = (jnp.tanh(outputs) + 1.0) * 0.5
         return (self.low + squashed * (self.high - self.low)).reshape(self.shape)
 
@@ -183,6 +191,7 @@ class MLP:
     meta_inputs: tuple[str, ...] = ()
     mirror: tuple[float, ...] = ()
     mirror_actions: tuple[int, ...] = ()
+    raw_actions: bool = False  # continuous actions unsquashed (see ActionHead)
 
     def build(
         self, obs_size: int, action_space: Any, deterministic: bool = True, **layout: Any
@@ -194,7 +203,7 @@ class MLP:
         if any(int(w) <= 0 for w in self.hidden):
             raise ValueError(f"hidden sizes must be positive, got {tuple(self.hidden)}")
         meta = _check_meta_inputs(self.meta_inputs)
-        head = ActionHead.from_space(action_space)
+        head = ActionHead.from_space(action_space, raw=self.raw_actions)
         input_size = obs_size + _meta_feature_size(meta, head)
         net = _MLPNet(tuple(int(w) for w in self.hidden), head.size, self.activation)
 
@@ -230,6 +239,7 @@ class _Recurrent:
     meta_inputs: tuple[str, ...] = ()
     mirror: tuple[float, ...] = ()
     mirror_actions: tuple[int, ...] = ()
+    raw_actions: bool = False  # continuous actions unsquashed (see ActionHead)
 
     def _net(self, outputs: int) -> nn.Module:
         raise NotImplementedError
@@ -243,7 +253,7 @@ class _Recurrent:
         if int(self.hidden) <= 0:
             raise ValueError(f"hidden size must be positive, got {self.hidden}")
         meta = _check_meta_inputs(self.meta_inputs)
-        head = ActionHead.from_space(action_space)
+        head = ActionHead.from_space(action_space, raw=self.raw_actions)
         input_size = obs_size + _meta_feature_size(meta, head)
         net = self._net(head.size)
 
@@ -387,6 +397,7 @@ class CNN:
     activation: str = "relu"
     lstm: int = 0
     meta_inputs: tuple[str, ...] = ()
+    raw_actions: bool = False  # continuous actions unsquashed (see ActionHead)
 
     def build(
         self,
@@ -406,7 +417,7 @@ class CNN:
         image_shape = tuple(int(d) for d in obs_shape) + (1,) * (3 - len(obs_shape))
         self._check(image_shape)
         meta = _check_meta_inputs(self.meta_inputs)
-        head = ActionHead.from_space(action_space)
+        head = ActionHead.from_space(action_space, raw=self.raw_actions)
         input_size = obs_size + _meta_feature_size(meta, head)
         torso = _ConvTorso(
             image_shape,

@@ -44,11 +44,13 @@ def policy_spec(config: PolicyConfig) -> PolicySpec:
             activation=config.activation,
             lstm=config.lstm,
             meta_inputs=config.meta_inputs,
+            raw_actions=config.actions == "raw",
         )
     inputs = {
         "meta_inputs": config.meta_inputs,
         "mirror": config.mirror,
         "mirror_actions": config.mirror_actions,
+        "raw_actions": config.actions == "raw",
     }
     if config.kind in RECURRENT_POLICIES:
         return RECURRENT_POLICIES[config.kind](hidden=config.hidden[0], **inputs)
@@ -170,6 +172,11 @@ def _check_mirror(config: TaskConfig, env: Any, default_params: Any, source: str
     problem = check_mirror(policy.mirror, policy.mirror_actions, obs_size, head.discrete, head.size)
     if problem:
         raise ConfigError(f"{source}: policy.{problem}")
+    if policy.actions == "raw" and not head.discrete and bool(jnp.any(head.low + head.high != 0)):
+        # A mirrored policy negates its raw outputs, which reflects them about zero only.
+        raise ConfigError(
+            f"{source}: policy.mirror with actions 'raw' needs action bounds symmetric about 0"
+        )
 
 
 def split_sampler(config: TaskConfig, split: str | None) -> EnvParamsSampler | None:
@@ -209,6 +216,11 @@ def check_task(config: TaskConfig, source: str = "task") -> None:
             f"{source}: policy.actions: 'sample' needs discrete actions; {config.env}'s are "
             "continuous (its policy is deterministic)"
         )
+    if config.policy.actions == "raw" and discrete:
+        raise ConfigError(
+            f"{source}: policy.actions: 'raw' needs continuous actions; {config.env}'s are "
+            "discrete (use 'greedy' or 'sample')"
+        )
 
 
 def _check_params(config: TaskConfig, default_params: Any, source: str) -> Any:
@@ -242,7 +254,7 @@ def make_rollout(
         config.episode_length,
         env_params=env_params,
         env_params_sampler=split_sampler(config, split),
-        deterministic=config.policy.actions == "greedy" if deterministic is None else deterministic,
+        deterministic=config.policy.actions != "sample" if deterministic is None else deterministic,
         param_inputs=config.policy.param_inputs,
         frame_stack=config.policy.frame_stack,
         **kwargs,

@@ -3,6 +3,8 @@ LSTM's parameters and state kept as they were when the two began to share one bu
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,8 +12,8 @@ import pytest
 from gymnax.environments import spaces
 
 from esjax.config import ConfigError, parse_task
-from esjax.policies import GRU, LSTM
-from esjax.tasks import policy_spec
+from esjax.policies import GRU, LSTM, MLP
+from esjax.tasks import check_task, policy_spec
 
 PENDULUM_TORQUE = spaces.Box(low=-2.0, high=2.0, shape=(1,), dtype=jnp.float32)
 
@@ -86,3 +88,53 @@ def test_gru_kind_in_a_preset_builds_a_gru_and_takes_one_size():
     assert policy_spec(task.policy) == GRU(8)
     with pytest.raises(ConfigError, match=r"^t.toml: policy.hidden: kind 'gru' takes one size"):
         parse_task({"env": "Pendulum-v1", "policy": {"kind": "gru", "hidden": [8, 8]}}, "t.toml")
+
+
+def test_raw_actions_are_the_linear_outputs_unbounded_and_tanh_stays_in_bounds():
+    # ARS's linear policy: obs @ W + b reaches the env as it is, beyond the bounds too.
+    raw = MLP(hidden=(), raw_actions=True).build(3, PENDULUM_TORQUE)
+    squashed = MLP(hidden=()).build(3, PENDULUM_TORQUE)
+    params = jax.tree.map(lambda a: 20.0 * a + 1.0, raw.init(jax.random.key(0)))
+    dense = params["params"]["Dense_0"]
+    obs = np.asarray(jax.random.normal(jax.random.key(1), (16, 3)))
+    expected = obs @ np.asarray(dense["kernel"], np.float64) + np.asarray(dense["bias"])
+    for x, want in zip(obs, expected, strict=True):
+        action, _ = raw.apply(params, jnp.asarray(x, jnp.float32), (), None)
+        np.testing.assert_allclose(np.asarray(action), want, rtol=1e-5, atol=1e-5)
+        bounded, _ = squashed.apply(params, jnp.asarray(x, jnp.float32), (), None)
+        np.testing.assert_allclose(np.asarray(bounded), 2.0 * np.tanh(want), rtol=1e-5, atol=1e-5)
+    assert np.abs(expected).max() > 2.0, "no output left the bounds: the test would not see a clip"
+    with pytest.raises(ValueError, match="continuous"):
+        MLP(hidden=(), raw_actions=True).build(3, spaces.Discrete(3))
+
+
+ASYMMETRIC_ENV = """
+import importlib.util
+import sys
+
+spec = importlib.util.spec_from_file_location("point_mass_example", {example!r})
+example = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(example)
+
+
+class OneSided(example.PointMass):
+    def action_space(self, params):
+        return example.Box(0.0, 1.0, (1,))
+
+
+def make_env():
+    params = example.EnvParams()
+    return OneSided(params), params
+"""
+
+
+def test_a_mirrored_raw_policy_needs_bounds_symmetric_about_zero(tmp_path):
+    # A mirrored policy negates its raw outputs: a reflection about the middle only at 0.
+    example = Path(__file__).resolve().parents[1] / "examples" / "custom_env.py"
+    (tmp_path / "one_sided.py").write_text(ASYMMETRIC_ENV.format(example=str(example)))
+    policy = {"kind": "mlp", "hidden": [], "mirror": [-1, -1, -1], "actions": "raw"}
+    task = parse_task({"env": f"{tmp_path}/one_sided.py:make_env", "policy": policy}, "t.toml")
+    with pytest.raises(ConfigError, match="symmetric about 0"):
+        check_task(task, "t.toml")
+    # The example's own force bounds, [-1, 1], are symmetric: accepted.
+    check_task(parse_task({"env": f"{example}:make_env", "policy": policy}, "t.toml"), "t.toml")

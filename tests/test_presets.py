@@ -116,6 +116,9 @@ def test_policy_actions_sets_greedy_or_sampled_rollouts_and_is_validated():
         load("catch", ["policy.actions=samples"])
     with pytest.raises(ConfigError, match="needs discrete actions"):
         check_task(load("pendulum", ["policy.actions=sample"]), "pendulum")
+    assert make_rollout(load("pendulum", ["policy.actions=raw"])).deterministic
+    with pytest.raises(ConfigError, match="'raw' needs continuous actions"):
+        check_task(load("catch", ["policy.actions=raw"]), "catch")
 
 
 def test_an_env_switch_is_set_with_true_or_false_and_reaches_the_env():

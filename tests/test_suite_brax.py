@@ -92,3 +92,33 @@ def test_a_bad_name_or_option_is_one_line(brax_envs, env_name, kwargs, message):
     with pytest.raises(ConfigError, match=re.escape(message)) as err:
         make_env(f"brax:{env_name}", kwargs)
     assert "\n" not in str(err.value)
+
+
+def test_raw_actions_reach_brax_unclipped_and_pay_its_control_cost(brax_envs):
+    """ARS's linear policy on hopper: actions outside [-1, 1] reach Brax as they are.
+
+    The reference steps Brax's own env in a Python loop with actions computed in numpy from
+    its observations; hopper's control cost is charged on the action given, so a clipped or
+    squashed action would change every reward.
+    """
+    rollout = PopulationRollout("brax:hopper", MLP(hidden=(), raw_actions=True), 20,
+                                env_kwargs={"backend": "positional"})  # fmt: skip
+    params = jax.tree.map(lambda p: 3.0 * p + 0.5, rollout.init_params(jax.random.key(0)))
+    dense = params["params"]["Dense_0"]
+    kernel, bias = np.asarray(dense["kernel"], np.float64), np.asarray(dense["bias"], np.float64)
+    key = jax.random.key(7)
+    result = rollout.single(key, params, trajectory=True)
+
+    env = brax_envs.get_environment("hopper", backend="positional")
+    reset, step = jax.jit(env.reset), jax.jit(env.step)
+    state = reset(episode_keys(key)[1])
+    total, largest = 0.0, 0.0
+    for t in range(int(result.lengths)):
+        action = np.asarray(state.obs, np.float64) @ kernel + bias
+        largest = max(largest, float(np.abs(action).max()))
+        np.testing.assert_allclose(result.trajectory.action[t], action, rtol=1e-4, atol=1e-4)
+        state = step(state, jax.numpy.asarray(action, jax.numpy.float32))
+        np.testing.assert_allclose(result.trajectory.reward[t], state.reward, rtol=1e-5, atol=1e-6)
+        total += float(state.reward)
+    assert largest > 1.0, "every action stayed inside the bounds: the test would not see a clip"
+    np.testing.assert_allclose(float(result.returns), total, rtol=1e-5)
