@@ -432,8 +432,18 @@ class TaskConfig:
     # one episode's return is noisy (UmbrellaChain's distractor rewards: a standard deviation of
     # 3, so 128 episodes leave a standard error of 0.27 on a return of at most 1).
     test_episodes: int = DEFAULT_TEST_EPISODES
+    # Members per device that step together in a rollout (``PopulationRollout``'s
+    # ``chunk_size``). Unset, chunks are sized to keep the weights in cache; an env whose own
+    # state dwarfs the weights (a MuJoCo model) can run faster in smaller chunks.
+    chunk_size: int | None = None
 
     def validate(self, where: str) -> None:
+        if self.chunk_size is not None:
+            _require(
+                self.chunk_size > 0,
+                _child(where, "chunk_size"),
+                f"must be positive, got {self.chunk_size}",
+            )
         if self.episode_length is not None:
             _require(
                 self.episode_length > 0,

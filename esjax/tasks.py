@@ -27,7 +27,16 @@ from esjax.config import (
 )
 from esjax.envs import make_env
 from esjax.mirror import check_mirror
-from esjax.policies import CNN, GRU, LSTM, MLP, ActionHead, PolicySpec, is_discrete
+from esjax.policies import (
+    CNN,
+    GRU,
+    LSTM,
+    MLP,
+    ActionHead,
+    PolicySpec,
+    is_discrete,
+    raw_mirror_problem,
+)
 from esjax.rollout import PopulationRollout
 
 EnvParamsSampler = Callable[[jax.Array, Any], Any]
@@ -163,20 +172,18 @@ def check_param_types(values: Mapping[str, Any], default_params: Any, source: st
             raise ConfigError(f"{source}: env_params.{name} must be {wanted}, got {value!r}")
 
 
-def _check_mirror(config: TaskConfig, env: Any, default_params: Any, source: str) -> None:
+def _check_mirror(config: TaskConfig, env: Any, env_params: Any, source: str) -> None:
+    """The policy's reflection fits the env's spaces (the rollout's fixed ``env_params``)."""
     policy = config.policy
     if not policy.mirror and not policy.mirror_actions:
         return
-    head = ActionHead.from_space(env.action_space(default_params))
-    obs_size = math.prod(env.observation_space(default_params).shape)
+    space = env.action_space(env_params)
+    head = ActionHead.from_space(space, raw=policy.actions == "raw" and not is_discrete(space))
+    obs_size = math.prod(env.observation_space(env_params).shape)
     problem = check_mirror(policy.mirror, policy.mirror_actions, obs_size, head.discrete, head.size)
+    problem = problem or raw_mirror_problem(head)
     if problem:
         raise ConfigError(f"{source}: policy.{problem}")
-    if policy.actions == "raw" and not head.discrete and bool(jnp.any(head.low + head.high != 0)):
-        # A mirrored policy negates its raw outputs, which reflects them about zero only.
-        raise ConfigError(
-            f"{source}: policy.mirror with actions 'raw' needs action bounds symmetric about 0"
-        )
 
 
 def split_sampler(config: TaskConfig, split: str | None) -> EnvParamsSampler | None:
@@ -205,12 +212,12 @@ def check_task(config: TaskConfig, source: str = "task") -> None:
     discrete = is_discrete(env.action_space(default_params))
     check_param_types(config.env_params, default_params, source)
     try:
-        _check_params(config, default_params, source)
+        env_params = _check_params(config, default_params, source)
     except ConfigError as error:
         if discrete:
             raise ConfigError(f"{error} ({config.env} has discrete actions)") from None
         raise
-    _check_mirror(config, env, default_params, source)
+    _check_mirror(config, env, env_params, source)
     if config.policy.actions == "sample" and not discrete:
         raise ConfigError(
             f"{source}: policy.actions: 'sample' needs discrete actions; {config.env}'s are "
@@ -248,6 +255,7 @@ def make_rollout(
     """
     env, default_params = make_env(config.env, config.env_kwargs)
     env_params = _check_params(config, default_params, source)
+    kwargs = {"chunk_size": config.chunk_size, **kwargs}
     return PopulationRollout(
         env,
         policy_spec(config.policy),

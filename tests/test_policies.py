@@ -128,6 +128,19 @@ def make_env():
 """
 
 
+@pytest.mark.parametrize(
+    "policy", [{"kind": "mlp"}, {"kind": "gru", "hidden": [8]}, {"kind": "cnn", "hidden": [8]}]
+)
+def test_actions_raw_reaches_every_policy_kind(policy):
+    for actions, raw in (("raw", True), ("greedy", False)):
+        spec = policy_spec(
+            parse_task(
+                {"env": "Pendulum-v1", "policy": {**policy, "actions": actions}}, "t.toml"
+            ).policy
+        )
+        assert spec.raw_actions is raw
+
+
 def test_a_mirrored_raw_policy_needs_bounds_symmetric_about_zero(tmp_path):
     # A mirrored policy negates its raw outputs: a reflection about the middle only at 0.
     example = Path(__file__).resolve().parents[1] / "examples" / "custom_env.py"
@@ -136,5 +149,8 @@ def test_a_mirrored_raw_policy_needs_bounds_symmetric_about_zero(tmp_path):
     task = parse_task({"env": f"{tmp_path}/one_sided.py:make_env", "policy": policy}, "t.toml")
     with pytest.raises(ConfigError, match="symmetric about 0"):
         check_task(task, "t.toml")
+    one_sided = spaces.Box(low=0.0, high=1.0, shape=(1,), dtype=jnp.float32)
+    with pytest.raises(ValueError, match="symmetric about 0"):  # the Python API alike
+        MLP(hidden=(), mirror=(-1.0, -1.0, -1.0), raw_actions=True).build(3, one_sided)
     # The example's own force bounds, [-1, 1], are symmetric: accepted.
     check_task(parse_task({"env": f"{example}:make_env", "policy": policy}, "t.toml"), "t.toml")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import pytest
 
 from esjax import presets
@@ -116,9 +118,22 @@ def test_policy_actions_sets_greedy_or_sampled_rollouts_and_is_validated():
         load("catch", ["policy.actions=samples"])
     with pytest.raises(ConfigError, match="needs discrete actions"):
         check_task(load("pendulum", ["policy.actions=sample"]), "pendulum")
-    assert make_rollout(load("pendulum", ["policy.actions=raw"])).deterministic
+    raw = make_rollout(load("pendulum", ["policy.actions=raw"]))
+    assert raw.deterministic and raw.policy.head.raw
+    assert not make_rollout(load("pendulum")).policy.head.raw
     with pytest.raises(ConfigError, match="'raw' needs continuous actions"):
         check_task(load("catch", ["policy.actions=raw"]), "catch")
+
+
+def test_chunk_size_pins_the_members_that_step_together():
+    from esjax.tasks import make_rollout
+
+    params = {"w": jax.ShapeDtypeStruct((64, 3), jnp.float32)}  # 64 members of 3 weights
+    pinned = make_rollout(load("pendulum", ["chunk_size=8"]))
+    assert pinned.auto_chunk_size(64, params) == 8
+    assert make_rollout(load("pendulum")).auto_chunk_size(64, params) == 64  # cache-sized
+    with pytest.raises(ConfigError, match="chunk_size: must be positive"):
+        load("pendulum", ["chunk_size=0"])
 
 
 def test_an_env_switch_is_set_with_true_or_false_and_reaches_the_env():
