@@ -56,19 +56,28 @@ class Reflection:
 
 
 def check_mirror(
-    signs: Sequence[float], actions: Sequence[int], obs_size: int, discrete: bool, num_actions: int
+    signs: Sequence[float], actions: Sequence[int], obs_size: int, head: Any
 ) -> str | None:
-    """Why ``mirror`` / ``mirror_actions`` cannot be a reflection (``"field: why"``), or None."""
+    """Why ``mirror`` / ``mirror_actions`` cannot reflect a policy with action head ``head``
+    (``"field: why"``), or None.
+
+    A mirrored policy negates its continuous outputs. Squashed, that reflects an action about
+    the middle of its bounds; raw, about zero, which is the middle only for bounds symmetric
+    about it.
+    """
     if not signs:
         return "mirror_actions: needs mirror (the observation's signs) too" if actions else None
     if len(signs) != obs_size:
         return f"mirror: {len(signs)} signs for an observation of {obs_size} components"
     if any(float(s) not in (1.0, -1.0) for s in signs):
         return f"mirror: signs must each be 1 or -1, got {list(signs)}"
-    if not discrete:
+    if not head.discrete:
         if actions:
             return "mirror_actions: is for discrete actions; continuous actions are negated"
+        if head.raw and bool(np.any(np.asarray(head.low) != -np.asarray(head.high))):
+            return "mirror: with actions 'raw' the action bounds must be symmetric about 0"
         return None
+    num_actions = head.size
     if sorted(int(a) for a in actions) != list(range(num_actions)):
         return (
             f"mirror_actions: discrete actions need a reordering of 0..{num_actions - 1} naming "

@@ -271,17 +271,6 @@ class _Recurrent:
         return Policy(init, apply, initial_carry, head, input_size, meta, recurrent=True)
 
 
-def raw_mirror_problem(head: ActionHead) -> str | None:
-    """Why ``head`` cannot be mirrored, or None.
-
-    A mirrored policy negates its outputs. Squashed, that reflects an action about the middle
-    of its bounds; raw, about zero, which is the middle only for bounds symmetric about it.
-    """
-    if head.raw and not head.discrete and bool(jnp.any(head.low != -head.high)):
-        return "mirror: with actions 'raw' the action bounds must be symmetric about 0"
-    return None
-
-
 def _mirrored(
     network: Callable,
     initial_carry: Callable[[], PyTree],
@@ -301,10 +290,7 @@ def _mirrored(
     frame_stack = int(layout.get("frame_stack", 1))
     obs_shape = layout.get("obs_shape")
     obs_size = math.prod(obs_shape) if obs_shape is not None else features // frame_stack
-    problem = mirror.check_mirror(
-        spec.mirror, spec.mirror_actions, obs_size, head.discrete, head.size
-    )
-    problem = problem or raw_mirror_problem(head)
+    problem = mirror.check_mirror(spec.mirror, spec.mirror_actions, obs_size, head)
     if problem:
         raise ValueError(problem)
     reflection = mirror.reflection(

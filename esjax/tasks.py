@@ -35,7 +35,6 @@ from esjax.policies import (
     ActionHead,
     PolicySpec,
     is_discrete,
-    raw_mirror_problem,
 )
 from esjax.rollout import PopulationRollout
 
@@ -180,8 +179,7 @@ def _check_mirror(config: TaskConfig, env: Any, env_params: Any, source: str) ->
     space = env.action_space(env_params)
     head = ActionHead.from_space(space, raw=policy.actions == "raw" and not is_discrete(space))
     obs_size = math.prod(env.observation_space(env_params).shape)
-    problem = check_mirror(policy.mirror, policy.mirror_actions, obs_size, head.discrete, head.size)
-    problem = problem or raw_mirror_problem(head)
+    problem = check_mirror(policy.mirror, policy.mirror_actions, obs_size, head)
     if problem:
         raise ConfigError(f"{source}: policy.{problem}")
 
