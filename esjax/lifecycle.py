@@ -509,6 +509,11 @@ class Run:
             runs.save_checkpoint(self.run_dir, meta, arrays)
             self.saved_generation = host.generation
 
+    def compile_tests_ahead(self) -> None:
+        """Start compiling the test :meth:`finish` runs, while the generations left run."""
+        if self.writer and self.config.task.solved_return is not None:
+            backend_modules().saved.compile_verdict_in_background(self.run_dir)
+
     def finish(self) -> RunSummary:
         """Evaluate the final search mean and judge the run; the writer writes ``summary.json``.
 

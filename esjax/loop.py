@@ -37,7 +37,8 @@ def drive(
 
     ``block`` caps the generations per host visit; a block also ends at each evaluation. The
     first visit runs one generation; the evaluation program then compiles in the background
-    while the next ones run, so a cold start's first evaluation does not wait for it.
+    while the next ones run, so a cold start's first evaluation does not wait for it; after
+    it, the final test's program (:meth:`Run.finish`) compiles in the background likewise.
     ``reports[i]`` gets run ``i``'s rows of each block's last generation. After a stop signal
     in ``signals`` every run checkpoints and ``interrupted(generation, signum)`` is raised.
     """
@@ -49,6 +50,7 @@ def drive(
     # One process of several exports nothing (KeptProgram), so it has nothing to compile ahead.
     alone = jax.process_count() == 1
     compile_ahead = getattr(engine.evaluate, "compile_in_background", None) if alone else None
+    tests_ahead = alone  # the final test's program, from the first evaluation on
     try:
         while first.generation < total:
             if signals.received is not None:
@@ -73,6 +75,10 @@ def drive(
                     # the resumed run redoes this block, with the same numbers.
                     _stop(together, interrupted, signals.received)
                 evaluation = jax.device_get(engine.evaluate(state))
+                if tests_ahead and g + n < total:
+                    for run in together:
+                        run.compile_tests_ahead()
+                    tests_ahead = False
             blocks = []
             for run, share in zip(together, _shares(together, state, metrics, evaluation),
                                   strict=True):  # fmt: skip

@@ -246,6 +246,23 @@ class PopulationRollout:
         return self._population(key, pop_params, self._stats(obs_stats), bounds or {},
                                 num_rollouts=num_rollouts, trajectory=trajectory)  # fmt: skip
 
+    def compile_population(
+        self,
+        key: jax.Array,
+        pop_params: PyTree,
+        num_rollouts: int = 1,
+        obs_stats: ObsStats | None = None,
+    ) -> None:
+        """Compile :meth:`population` for these arguments' shapes, without running it.
+
+        A later call with arguments of the same shapes, dtypes and placement finds the
+        program compiled (JAX keeps it with the jitted function), so a caller can compile
+        ahead, in a thread of its own, what it will run later. The numbers do not change.
+        """
+        _check_positive("num_rollouts", num_rollouts)
+        self._population.lower(key, pop_params, self._stats(obs_stats), {},
+                               num_rollouts=num_rollouts, trajectory=False).compile()  # fmt: skip
+
     def summary(
         self,
         key: jax.Array,

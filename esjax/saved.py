@@ -18,6 +18,7 @@ disjoint from training and from the evaluations that chose the best policy.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -247,6 +248,7 @@ def verdict(run_dir: str | Path, seeds: int, threshold: float | None) -> Verdict
     episodes and judge the run."""
     built = make_test_rollout(run_dir)
     episodes = built[0].task.test_episodes
+    _wait_for_test_compile(built[1], episodes)
     tested = {
         which: tuple(
             float(np.mean(SavedPolicy.load(run_dir, which, s, built=built).test_returns(episodes)))
@@ -255,6 +257,49 @@ def verdict(run_dir: str | Path, seeds: int, threshold: float | None) -> Verdict
         for which in ("final", "best")
     }
     return Verdict(threshold, tested["final"], tested["best"], episodes)
+
+
+def compile_verdict_in_background(run_dir: str | Path) -> None:
+    """Compile the program :func:`verdict` will test the run's policies with, in a thread of
+    its own, while the run trains.
+
+    A cold start would otherwise compile it after the last generation, with the cores idle
+    but one. The thread compiles for a one-member population of the run's shapes, the call
+    :meth:`SavedPolicy.test_returns` makes, so the test finds it compiled and its numbers do
+    not change. A failure is left for the test to meet again, where the caller sees it. Not a
+    daemon thread: a process that exits while XLA compiles in one aborts.
+    """
+    config, rollout = make_test_rollout(run_dir)
+    episodes = config.task.test_episodes
+    if (rollout, episodes) in _TEST_COMPILES:
+        return
+    template, _ = flat_template(rollout, jax.random.key(0))
+    zeros = np.zeros(template.shape, template.dtype)
+    # Statistics of None stand for saved ones: the rollout fills in arrays of the same shapes.
+    policy = SavedPolicy(Path(run_dir), config, config.task, "final", 0, zeros, None, rollout)
+
+    def build() -> None:
+        try:
+            key, params, obs_stats = policy.test_inputs()
+            rollout.compile_population(key, params, episodes, obs_stats)
+        except Exception:  # the test builds the program again and raises it there
+            return
+
+    thread = threading.Thread(target=build, name="esjax-test-compile")
+    _TEST_COMPILES[(rollout, episodes)] = thread
+    thread.start()
+
+
+def _wait_for_test_compile(rollout: Any, episodes: int) -> None:
+    """Join a background compile of this test program: compiling it twice at once gains
+    nothing."""
+    thread = _TEST_COMPILES.pop((rollout, episodes), None)
+    if thread is not None:
+        thread.join()
+
+
+# (test rollout, episodes) -> the thread compiling its test program (compile_verdict_in_background)
+_TEST_COMPILES: dict[tuple[Any, int], threading.Thread] = {}
 
 
 def read_verdict(summary: dict[str, Any]) -> Verdict | None:

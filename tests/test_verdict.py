@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 
+import jax
 import pytest
 from test_cli import esjax
 
+from esjax import saved
 from esjax.evolve import evolve
 from esjax.saved import evaluate_run
 from esjax.sweeps import sweep
@@ -84,3 +86,40 @@ def test_a_tasks_test_episodes_set_the_verdicts_episodes_and_evals_default(thres
     printed = esjax("eval", str(out), "--json", cwd=tmp_path)
     assert printed.returncode == 0, printed.stderr
     assert json.loads(printed.stdout)["episodes"] == 37
+
+
+def test_the_final_test_compiles_while_the_run_trains(tmp_path, monkeypatch):
+    """The verdict's test program is traced and compiled in a thread during training, so the
+    verdict itself traces nothing; its numbers still equal ``evaluate_run`` called afterwards.
+
+    Shapes no other test here uses (41-step episodes, 13 test episodes) make the run cold.
+    """
+    events = []
+
+    def listen(event, duration, **kwargs):
+        if event.startswith("/jax/core/compile/"):
+            events.append((event, duration, kwargs))
+
+    real_wait = saved._wait_for_test_compile
+    ahead = []
+
+    def wait_then_listen(rollout, episodes):
+        ahead.append((rollout, episodes) in saved._TEST_COMPILES)
+        real_wait(rollout, episodes)
+        jax.monitoring.register_event_duration_secs_listener(listen)
+
+    monkeypatch.setattr(saved, "_wait_for_test_compile", wait_then_listen)
+    out = tmp_path / "run"
+    overrides = ["episode_length=41", "evaluation.every=2", "evaluation.episodes=4",
+                 "test_episodes=13", "solved_return=-1e9"]  # fmt: skip
+    try:
+        evolve("pendulum", popsize=8, generations=4, rollouts=1, out=out, overrides=overrides)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert ahead == [True]
+    # Small programs around it (a parameter template, a squeeze) may trace; the test rollout
+    # itself is neither traced nor compiled again.
+    assert not [e for e in events if "population" in e[2].get("fun_name", "")], events
+    summary = json.loads((out / "summary.json").read_text())
+    final = evaluate_run(out, which="final")["mean"]
+    assert summary["final_test_return"] == pytest.approx(final, rel=1e-6)
