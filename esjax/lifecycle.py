@@ -31,13 +31,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import math
 import os
 import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -48,6 +49,8 @@ import numpy as np
 
 from esjax import runs
 from esjax.config import ConfigError, RunConfig
+
+_log = logging.getLogger(__name__)
 
 # What Ctrl-C, schedulers (Slurm, Kubernetes, `docker stop`) and hang-ups send before a kill.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
@@ -509,11 +512,6 @@ class Run:
             runs.save_checkpoint(self.run_dir, meta, arrays)
             self.saved_generation = host.generation
 
-    def compile_tests_ahead(self) -> None:
-        """Start compiling the test :meth:`finish` runs, while the generations left run."""
-        if self.writer and self.config.task.solved_return is not None:
-            backend_modules().saved.compile_verdict_in_background(self.run_dir)
-
     def finish(self) -> RunSummary:
         """Evaluate the final search mean and judge the run; the writer writes ``summary.json``.
 
@@ -531,6 +529,18 @@ class Run:
         if self.writer:
             runs.write_json(self.run_dir / runs.SUMMARY, _summary_json(summary, host, final))
         return summary
+
+
+def compile_tests_ahead(together: Sequence[Run]) -> None:
+    """Start compiling the test each run's :meth:`Run.finish` will run, beside the generations
+    left. Only runs that will be tested: the writer's, with a ``solved_return``. A failure
+    here is not the run's: the test meets it again at the end, where it is reported."""
+    tested = [r.run_dir for r in together if r.writer and r.config.task.solved_return is not None]
+    if tested:
+        try:
+            backend_modules().saved.compile_verdicts_in_background(tested)
+        except Exception:
+            _log.debug("starting to compile the test programs ahead failed", exc_info=True)
 
 
 def fresh_host(engine: Any, template: Any, seeds: int) -> HostState:

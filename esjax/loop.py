@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from esjax.lifecycle import Run, StopSignals
+from esjax.lifecycle import Run, StopSignals, compile_tests_ahead
 
 Report = Callable[[dict[str, Any]], None]
 
@@ -75,15 +75,14 @@ def drive(
                     # the resumed run redoes this block, with the same numbers.
                     _stop(together, interrupted, signals.received)
                 evaluation = jax.device_get(engine.evaluate(state))
-                if tests_ahead and g + n < total:
-                    for run in together:
-                        run.compile_tests_ahead()
-                    tests_ahead = False
             blocks = []
             for run, share in zip(together, _shares(together, state, metrics, evaluation),
                                   strict=True):  # fmt: skip
                 run_state, run_metrics, run_evaluation = share
                 blocks.append(run.record(run_state, run_metrics, n, run_evaluation))
+            if tests_ahead and evaluation is not None and g + n < total:
+                compile_tests_ahead(together)
+                tests_ahead = False
             if g + n < total and time.perf_counter() - last_checkpoint >= checkpoint_every_s:
                 for run in together:
                     run.checkpoint()

@@ -12,7 +12,8 @@ is learnt well and the mirror side badly (benchmarks/README.md, "Mirror-symmetri
     outputs(x) = (g(x) + R g(M x)) / 2,
 
 where ``M`` reflects the policy's input and ``R`` its outputs (continuous: negated, so the
-action is reflected about the middle of its bounds; discrete: the logits permuted). The policy
+action is reflected about the middle of its bounds, or about 0 with ``actions = "raw"``;
+discrete: the logits permuted). The policy
 is exactly equivariant, ``outputs(M x) = R outputs(x)``, with the same parameters as ``g``; a
 recurrent ``g`` runs two states, one per view.
 
@@ -26,11 +27,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+if TYPE_CHECKING:
+    from esjax.policies import ActionHead
 
 PyTree = Any
 # (params, carry, x) -> (carry, outputs): a network before its action head.
@@ -56,7 +60,7 @@ class Reflection:
 
 
 def check_mirror(
-    signs: Sequence[float], actions: Sequence[int], obs_size: int, head: Any
+    signs: Sequence[float], actions: Sequence[int], obs_size: int, head: ActionHead
 ) -> str | None:
     """Why ``mirror`` / ``mirror_actions`` cannot reflect a policy with action head ``head``
     (``"field: why"``), or None.

@@ -242,9 +242,8 @@ class PopulationRollout:
         Results stay sharded over the devices, member by member. ``bounds`` replaces some of
         the env sampler's bounds (see :meth:`sample_env_params`).
         """
-        _check_positive("num_rollouts", num_rollouts)
-        return self._population(key, pop_params, self._stats(obs_stats), bounds or {},
-                                num_rollouts=num_rollouts, trajectory=trajectory)  # fmt: skip
+        args = self._population_args(key, pop_params, num_rollouts, obs_stats, bounds)
+        return self._population(*args, num_rollouts=num_rollouts, trajectory=trajectory)
 
     def compile_population(
         self,
@@ -259,9 +258,14 @@ class PopulationRollout:
         program compiled (JAX keeps it with the jitted function), so a caller can compile
         ahead, in a thread of its own, what it will run later. The numbers do not change.
         """
+        args = self._population_args(key, pop_params, num_rollouts, obs_stats, None)
+        self._population.lower(*args, num_rollouts=num_rollouts, trajectory=False).compile()
+
+    def _population_args(self, key, pop_params, num_rollouts, obs_stats, bounds) -> tuple:
+        """What :meth:`population` hands its jitted program, in one place: a program compiled
+        ahead is found again only for arguments of the very same shapes and kinds."""
         _check_positive("num_rollouts", num_rollouts)
-        self._population.lower(key, pop_params, self._stats(obs_stats), {},
-                               num_rollouts=num_rollouts, trajectory=False).compile()  # fmt: skip
+        return key, pop_params, self._stats(obs_stats), bounds or {}
 
     def summary(
         self,

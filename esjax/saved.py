@@ -18,8 +18,9 @@ disjoint from training and from the evaluations that chose the best policy.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,12 +34,15 @@ from esjax.baselines import check_baseline, reference_returns
 from esjax.config import DEFAULT_TEST_EPISODES, ConfigError, RunConfig, TaskConfig
 from esjax.engine import flat_template, seed_keys
 from esjax.episode import EpisodeStep, episode_keys, split_step_key, step_keys
+from esjax.programs import COMPILE_THREAD
 from esjax.rollout import ObsStats
 from esjax.tasks import shared_rollout
 
 # Fresh test episodes per seed behind the verdict and ``esjax eval``'s default, unless the task
 # sets its own ``test_episodes``.
 TEST_EPISODES = DEFAULT_TEST_EPISODES
+
+_log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------- a rollout for tests
@@ -259,34 +263,44 @@ def verdict(run_dir: str | Path, seeds: int, threshold: float | None) -> Verdict
     return Verdict(threshold, tested["final"], tested["best"], episodes)
 
 
-def compile_verdict_in_background(run_dir: str | Path) -> None:
-    """Compile the program :func:`verdict` will test the run's policies with, in a thread of
-    its own, while the run trains.
+def compile_verdicts_in_background(run_dirs: Sequence[str | Path]) -> None:
+    """Compile the programs :func:`verdict` will test these runs' policies with, one after
+    another in a thread of its own, while the runs train.
 
-    A cold start would otherwise compile it after the last generation, with the cores idle
-    but one. The thread compiles for a one-member population of the run's shapes, the call
-    :meth:`SavedPolicy.test_returns` makes, so the test finds it compiled and its numbers do
-    not change. A failure is left for the test to meet again, where the caller sees it. Not a
-    daemon thread: a process that exits while XLA compiles in one aborts.
+    A cold start would otherwise compile them after the last generation. The thread compiles
+    for a one-member population of each run's shapes, the call
+    :meth:`SavedPolicy.test_returns` makes, so the test finds it compiled and runs the program
+    it would have built itself. One thread for all: a sweep's configurations mostly share one
+    program, and after the first, the rest come from the persistent cache. A failure is only
+    logged; the test builds the program again and raises it where the caller sees it. The
+    thread is not a daemon (a process that exits while XLA compiles in one aborts), and is
+    named so that a stopped run does not wait for it (:func:`esjax.terminal.exit_stopped`).
     """
-    config, rollout = make_test_rollout(run_dir)
-    episodes = config.task.test_episodes
-    if (rollout, episodes) in _TEST_COMPILES:
+    for done in [k for k, thread in _TEST_COMPILES.items() if not thread.is_alive()]:
+        del _TEST_COMPILES[done]
+    jobs: dict[tuple[Any, int], tuple[Path, RunConfig]] = {}
+    for run_dir in run_dirs:
+        config, rollout = make_test_rollout(run_dir)
+        job = (rollout, config.task.test_episodes)
+        if job not in _TEST_COMPILES:
+            jobs.setdefault(job, (Path(run_dir), config))
+    if not jobs:
         return
-    template, _ = flat_template(rollout, jax.random.key(0))
-    zeros = np.zeros(template.shape, template.dtype)
-    # Statistics of None stand for saved ones: the rollout fills in arrays of the same shapes.
-    policy = SavedPolicy(Path(run_dir), config, config.task, "final", 0, zeros, None, rollout)
 
     def build() -> None:
-        try:
-            key, params, obs_stats = policy.test_inputs()
-            rollout.compile_population(key, params, episodes, obs_stats)
-        except Exception:  # the test builds the program again and raises it there
-            return
+        for (rollout, episodes), (run_dir, config) in jobs.items():
+            try:
+                template, _ = flat_template(rollout, jax.random.key(0))
+                zeros = np.zeros(template.shape, template.dtype)
+                # Statistics of None stand for saved ones: the rollout fills in the same shapes.
+                policy = SavedPolicy(run_dir, config, config.task, "final", 0, zeros, None, rollout)
+                rollout.compile_population(*policy.test_inputs()[:2], episodes)
+            except Exception:  # the test builds the program again and raises it there
+                _log.debug("compiling a test program ahead failed", exc_info=True)
 
-    thread = threading.Thread(target=build, name="esjax-test-compile")
-    _TEST_COMPILES[(rollout, episodes)] = thread
+    thread = threading.Thread(target=build, name=f"{COMPILE_THREAD}-test")
+    for job in jobs:
+        _TEST_COMPILES[job] = thread
     thread.start()
 
 
@@ -298,7 +312,7 @@ def _wait_for_test_compile(rollout: Any, episodes: int) -> None:
         thread.join()
 
 
-# (test rollout, episodes) -> the thread compiling its test program (compile_verdict_in_background)
+# (test rollout, episodes) -> the thread compiling its test program (compile_verdicts_in_background)
 _TEST_COMPILES: dict[tuple[Any, int], threading.Thread] = {}
 
 

@@ -15,7 +15,7 @@ import jax
 import pytest
 from test_cli import esjax
 
-from esjax import saved
+from esjax import programs, saved
 from esjax.evolve import evolve
 from esjax.saved import evaluate_run
 from esjax.sweeps import sweep
@@ -88,11 +88,15 @@ def test_a_tasks_test_episodes_set_the_verdicts_episodes_and_evals_default(thres
     assert json.loads(printed.stdout)["episodes"] == 37
 
 
-def test_the_final_test_compiles_while_the_run_trains(tmp_path, monkeypatch):
+@pytest.mark.parametrize("normalize", [False, True])
+def test_the_final_test_compiles_while_the_run_trains(normalize, tmp_path, monkeypatch):
     """The verdict's test program is traced and compiled in a thread during training, so the
     verdict itself traces nothing; its numbers still equal ``evaluate_run`` called afterwards.
+    With ``normalize_obs`` the saved statistics must meet the program compiled without them.
 
-    Shapes no other test here uses (41-step episodes, 13 test episodes) make the run cold.
+    The thread is named as a background compile, so a stopped run exits without waiting for
+    it (``esjax.terminal.exit_stopped``). Shapes no other test here uses (41-step episodes,
+    13 test episodes) make the run cold.
     """
     events = []
 
@@ -104,19 +108,23 @@ def test_the_final_test_compiles_while_the_run_trains(tmp_path, monkeypatch):
     ahead = []
 
     def wait_then_listen(rollout, episodes):
-        ahead.append((rollout, episodes) in saved._TEST_COMPILES)
+        ahead.append(saved._TEST_COMPILES.get((rollout, episodes)))
         real_wait(rollout, episodes)
         jax.monitoring.register_event_duration_secs_listener(listen)
 
     monkeypatch.setattr(saved, "_wait_for_test_compile", wait_then_listen)
     out = tmp_path / "run"
-    overrides = ["episode_length=41", "evaluation.every=2", "evaluation.episodes=4",
-                 "test_episodes=13", "solved_return=-1e9"]  # fmt: skip
+    overrides = [
+        *("episode_length=41", "evaluation.every=2", "evaluation.episodes=4"),
+        *("test_episodes=13", "solved_return=-1e9", f"normalize_obs={str(normalize).lower()}"),
+    ]
     try:
         evolve("pendulum", popsize=8, generations=4, rollouts=1, out=out, overrides=overrides)
     finally:
-        jax.monitoring.unregister_event_duration_listener(listen)
-    assert ahead == [True]
+        if ahead:
+            jax.monitoring.unregister_event_duration_listener(listen)
+    assert len(ahead) == 1 and ahead[0] is not None, ahead
+    assert ahead[0].name.startswith(programs.COMPILE_THREAD)
     # Small programs around it (a parameter template, a squeeze) may trace; the test rollout
     # itself is neither traced nor compiled again.
     assert not [e for e in events if "population" in e[2].get("fun_name", "")], events
