@@ -27,14 +27,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-if TYPE_CHECKING:
-    from esjax.policies import ActionHead
 
 PyTree = Any
 # (params, carry, x) -> (carry, outputs): a network before its action head.
@@ -60,10 +57,11 @@ class Reflection:
 
 
 def check_mirror(
-    signs: Sequence[float], actions: Sequence[int], obs_size: int, head: ActionHead
+    signs: Sequence[float], actions: Sequence[int], obs_size: int, head: Any
 ) -> str | None:
     """Why ``mirror`` / ``mirror_actions`` cannot reflect a policy with action head ``head``
-    (``"field: why"``), or None.
+    (an :class:`esjax.policies.ActionHead`, untyped here: policies imports this module), as
+    ``"field: why"``, or None.
 
     A mirrored policy negates its continuous outputs. Squashed, that reflects an action about
     the middle of its bounds; raw, about zero, which is the middle only for bounds symmetric
