@@ -512,6 +512,11 @@ class Run:
             runs.save_checkpoint(self.run_dir, meta, arrays)
             self.saved_generation = host.generation
 
+    @property
+    def tested(self) -> bool:
+        """Whether :meth:`finish` tests this run's policies: the writer's, with a threshold."""
+        return self.writer and self.config.task.solved_return is not None
+
     def finish(self) -> RunSummary:
         """Evaluate the final search mean and judge the run; the writer writes ``summary.json``.
 
@@ -523,7 +528,7 @@ class Run:
         final = jax.device_get(self.engine.evaluate(self.state))
         wall_s = self.wall()  # the run's own time; testing its policies comes after
         judged = None
-        if self.writer and threshold is not None:
+        if self.tested:
             judged = backend_modules().saved.verdict(self.run_dir, len(self.seed_ids), threshold)
         summary = run_summary(self.run_dir, host, final, wall_s, threshold, judged)
         if self.writer:
@@ -532,10 +537,10 @@ class Run:
 
 
 def compile_tests_ahead(together: Sequence[Run]) -> None:
-    """Start compiling the test each run's :meth:`Run.finish` will run, beside the generations
-    left. Only runs that will be tested: the writer's, with a ``solved_return``. A failure
-    here is not the run's: the test meets it again at the end, where it is reported."""
-    tested = [r.run_dir for r in together if r.writer and r.config.task.solved_return is not None]
+    """Start compiling the test each run's :meth:`Run.finish` will run (:attr:`Run.tested`),
+    beside the generations left. A failure here is not the run's: the test meets it again at
+    the end, where it is reported."""
+    tested = [run.run_dir for run in together if run.tested]
     if tested:
         try:
             backend_modules().saved.compile_verdicts_in_background(tested)

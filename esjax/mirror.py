@@ -13,9 +13,9 @@ is learnt well and the mirror side badly (benchmarks/README.md, "Mirror-symmetri
 
 where ``M`` reflects the policy's input and ``R`` its outputs (continuous: negated, so the
 action is reflected about the middle of its bounds, or about 0 with ``actions = "raw"``;
-discrete: the logits permuted). The policy
-is exactly equivariant, ``outputs(M x) = R outputs(x)``, with the same parameters as ``g``; a
-recurrent ``g`` runs two states, one per view.
+discrete: the logits permuted). The policy is exactly equivariant, ``outputs(M x) = R
+outputs(x)``, with the same parameters as ``g``; a recurrent ``g`` runs two states, one per
+view.
 
 The reflection acts on the policy's input as the rollout hands it over. With
 ``normalize_obs`` that input is already scaled by running statistics, so the mirror is taken
