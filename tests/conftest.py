@@ -1,14 +1,20 @@
 """Settings every test file shares: one compilation cache per pytest process; the longest
-tests first.
+files first; every file whole on one worker.
 
 The tests run in parallel worker processes (pytest-xdist). JAX writes a persistent-cache entry
 in place, so a worker could read an entry another worker is still writing; and the tests should
 not fill the user's own cache. Each pytest process therefore points ``ESJAX_CACHE_DIR`` at a
 fresh directory of its own, which the CLI processes it starts inherit, and removes it at exit.
 
-Test order: xdist hands tests to its two workers in collection order, so a test of several
-minutes collected last (the suite presets sort late) would run alone at the end while the
-other worker idles. The files of the longest tests (``pytest --durations``) go first.
+Test order: ``--dist loadfile`` hands each file whole to a worker, in collection order
+(``--no-loadscope-reorder``). A file of many minutes handed out last would run alone at the end
+while the other worker idles, so the files that take longest (``pytest --durations``, summed
+per file) go first.
+
+One file, one worker: a file's module-scoped fixture (a reference run, a CLI run, a wheel
+build) is built once only while all its tests run on the same worker. Under pytest 9.2 the
+``loadgroup`` marks that once ensured it silently stopped grouping, and each such fixture was
+built twice; so a session in which a file ran on two workers fails, naming the file.
 """
 
 from __future__ import annotations
@@ -16,16 +22,28 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections import defaultdict
+
+import pytest
 
 _CACHE_DIR = "ESJAX_CACHE_DIR"  # esjax.cache.ENV_DIR, without importing esjax this early
-# Longest first; every other file keeps its place after these.
+# Longest first, by the seconds each file took in one run of the whole suite on the 2-core CI
+# box; every other file keeps its place after these.
 _LONGEST_FILES = (
-    "test_suite_presets.py",
-    "test_examples.py",
-    "test_distributed.py",
-    "test_suite_render.py",
-    "test_suite_brax.py",
-    "test_suite_craftax.py",
+    "test_suite_presets.py",  # 990 s
+    "test_presets.py",  # 687 s
+    "test_strategies.py",  # 355 s
+    "test_suite_render.py",  # 278 s
+    "test_rollout.py",  # 274 s
+    "test_sweep.py",  # 252 s
+    "test_suite_brax.py",  # 207 s
+    "test_baselines.py",  # 205 s
+    "test_hardening.py",  # 190 s
+    "test_distributed.py",  # 180 s
+    "test_engine.py",  # 178 s
+    "test_preemption.py",  # 175 s
+    "test_render.py",  # 171 s
+    "test_examples.py",  # 166 s
 )
 
 
@@ -41,6 +59,33 @@ def pytest_configure(config):
     config._esjax_cache = tempfile.mkdtemp(prefix="esjax-test-xla-")
     config._esjax_saved = os.environ.get(_CACHE_DIR)
     os.environ[_CACHE_DIR] = config._esjax_cache
+
+
+# On the controller of a parallel run: test file -> the workers that ran its tests.
+_WORKERS_PER_FILE: defaultdict[str, set[str]] = defaultdict(set)
+
+
+def pytest_runtest_logreport(report):
+    worker = getattr(getattr(report, "node", None), "gateway", None)
+    if worker is not None and report.when == "call":
+        _WORKERS_PER_FILE[report.nodeid.split("::")[0]].add(worker.id)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    if config.getoption("dist", "no") != "loadfile":
+        return
+    split = sorted(f for f, workers in _WORKERS_PER_FILE.items() if len(workers) > 1)
+    if split:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.write_sep(
+                "=",
+                f"tests of one file ran on two workers (fixtures built twice): {split}",
+                red=True,
+            )
 
 
 def pytest_unconfigure(config):

@@ -24,9 +24,6 @@ from esjax.engine import seed_keys
 from esjax.saved import baseline_returns
 from esjax.tasks import make_rollout, make_sampler
 
-# The module-scoped fixture is built once: every test here runs on one xdist worker.
-pytestmark = pytest.mark.xdist_group("baselines")
-
 ENV, DEFAULT = gymnax.make("Pendulum-v1")
 # Every start angle (0 = upright, +-pi hanging) with the reset's range of speeds, including
 # the pendulum at rest at the bottom, where an energy pump alone never starts.

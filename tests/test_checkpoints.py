@@ -25,9 +25,6 @@ from esjax.engine import from_host, to_host
 from esjax.evolve import build_engine, evolve
 from esjax.lifecycle import HOST_ARRAYS, migrate_checkpoint
 
-# The module-scoped fixtures are built once: every test here runs on one xdist worker.
-pytestmark = pytest.mark.xdist_group("checkpoints")
-
 DATA = Path(__file__).parent / "data"
 RECORD = json.loads((DATA / "run-v1-continued.json").read_text())
 OLD, TOTAL = RECORD["generations"], RECORD["continued_to"]  # 4 and 8

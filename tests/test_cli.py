@@ -21,9 +21,6 @@ import pytest
 from esjax import presets
 from esjax.suites import suite_rows
 
-# The module-scoped fixture is built once: every test here runs on one xdist worker.
-pytestmark = pytest.mark.xdist_group("cli")
-
 REPO = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SMALL = (

@@ -26,9 +26,6 @@ from esjax.policies import MLP
 from esjax.rollout import PopulationRollout, RolloutResult
 from esjax.strategies import build_strategy, load_strategy
 
-# The module-scoped fixture is built once: every test here runs on one xdist worker.
-pytestmark = pytest.mark.xdist_group("engine")
-
 ROOT = Path(__file__).resolve().parents[1]
 POP, STEPS, EPISODES = 8, 16, 4
 

@@ -19,9 +19,6 @@ from esjax.render import play_episode, render_run
 from esjax.rollout import ObsStats
 from esjax.saved import SavedPolicy, load_policy
 
-# The module-scoped fixtures are built once: every test here runs on one xdist worker.
-pytestmark = pytest.mark.xdist_group("episode")
-
 TINY = ["episode_length=40", "evaluation.every=1", "evaluation.episodes=4"]
 # A pendulum oracle: its policy is told the episode's length l, drawn per episode in training.
 ORACLE = [

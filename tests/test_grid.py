@@ -19,9 +19,6 @@ from esjax import meta, presets
 from esjax.config import parse_task
 from esjax.plotting import plot_grid, training_outline
 
-# The module-scoped fixture is built once: every test here runs on one xdist worker.
-pytestmark = pytest.mark.xdist_group("grid")
-
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 EPISODES = 3
 # Rows m, columns l: only (m=1, l=1) lies in the training box [0.5, 2] x [0.5, 2].

@@ -32,9 +32,6 @@ from esjax import runs
 from esjax.config import ConfigError, parse_task, to_dict
 from esjax.evolve import evolve
 
-# The module-scoped fixture is built once: every test here runs on one xdist worker.
-pytestmark = pytest.mark.xdist_group("hardening")
-
 SMALL = ["episode_length=16", "policy.hidden=[8]", "evaluation.every=4", "evaluation.episodes=4"]
 RUN = dict(popsize=8, overrides=SMALL)
 TOTAL = 10

@@ -16,9 +16,6 @@ from pathlib import Path
 
 import pytest
 
-# The module-scoped fixture is built once: every test here runs on one xdist worker.
-pytestmark = pytest.mark.xdist_group("packaging")
-
 REPO = Path(__file__).resolve().parents[1]
 SKIP = shutil.ignore_patterns(
     ".git", "__pycache__", "*.egg-info", "build", "dist", "runs", ".venv", ".*_cache", "*.whl"

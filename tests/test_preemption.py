@@ -27,9 +27,6 @@ from esjax import runs
 from esjax.config import ConfigError
 from esjax.evolve import Interrupted, evolve
 
-# The module-scoped fixture is built once: every test here runs on one xdist worker.
-pytestmark = pytest.mark.xdist_group("preemption")
-
 CLI_SMALL = ["--popsize", "8", *(x for o in SMALL for x in ("--set", o))]
 
 

@@ -15,9 +15,6 @@ from esjax.evolve import Interrupted, RunSummary, evolve
 from esjax.runs import load_metrics, read_run_config
 from esjax.saved import evaluate_run, load_policy
 
-# The module-scoped fixture is built once: every test here runs on one xdist worker.
-pytestmark = pytest.mark.xdist_group("runs")
-
 SMALL = [
     "episode_length=16",
     "policy.hidden=[8]",

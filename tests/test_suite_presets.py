@@ -74,7 +74,7 @@ def test_the_preset_trains_evaluates_and_reloads(preset, tmp_path):
     run = tmp_path / "run"
     done = _esjax("evolve", preset, "--generations", "2", "--popsize", "16", "--out", str(run),
                   "--set", "episode_length=30", "--set", "evaluation.every=1",
-                  "--set", "evaluation.episodes=4")  # fmt: skip
+                  "--set", "evaluation.episodes=4", "--set", "test_episodes=4")  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     # Brax's note that its pipelines are unmaintained is silenced by the adapter.
     assert "maintained" not in done.stdout + done.stderr
@@ -82,10 +82,12 @@ def test_the_preset_trains_evaluates_and_reloads(preset, tmp_path):
     assert rows[-1]["generation"] == 2
     assert np.isfinite(rows[-1]["eval_return"])
 
-    evaluated = _esjax("eval", str(run), "--episodes", "4", "--json")
+    # By default on the run's test_episodes: with a solved_return, the final test's program,
+    # read back from the compilation cache.
+    evaluated = _esjax("eval", str(run), "--json")
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     record = json.loads(evaluated.stdout)
-    assert np.isfinite(record["mean"])
+    assert record["episodes"] == 4 and np.isfinite(record["mean"])
 
     # The saved policy drives the adapted env in a plain Python loop.
     task = tomllib.loads((TASKS / f"{preset}.toml").read_text())
@@ -113,7 +115,7 @@ def test_a_sweep_stacks_an_adapted_envs_configurations(tmp_path):
     done = _esjax("sweep", "navix-empty", "--vary", "strategy_settings.learning_rate=0.05,0.2",
                   "--generations", "2", "--popsize", "16", "--seeds", "2", "--out", str(out),
                   "--set", "episode_length=30", "--set", "evaluation.every=1",
-                  "--set", "evaluation.episodes=4")  # fmt: skip
+                  "--set", "evaluation.episodes=4", "--set", "test_episodes=4")  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads((out / "sweep.json").read_text())
     assert len(record["configurations"]) == 2

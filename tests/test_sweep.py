@@ -16,9 +16,6 @@ from esjax import sweeps
 from esjax.config import ConfigError
 from esjax.evolve import evolve
 
-# The module-scoped fixture is built once: every test here runs on one xdist worker.
-pytestmark = pytest.mark.xdist_group("sweep")
-
 TINY = {
     "popsize": 8,
     "generations": 3,

@@ -23,9 +23,6 @@ from test_cli import SMALL, assert_clean_error, cli_env, esjax
 from esjax import trackers
 from esjax.config import ConfigError
 
-# The module-scoped fixture is built once: every test here runs on one xdist worker.
-pytestmark = pytest.mark.xdist_group("trackers")
-
 TRACKED = (*SMALL, "--generations", "3", "--seeds", "2")
 LOG_ALL = ("--log", "tensorboard", "--log", "wandb", "--log", "mlflow")
 

@@ -20,8 +20,6 @@ from esjax.evolve import evolve
 from esjax.saved import evaluate_run
 from esjax.sweeps import sweep
 
-pytestmark = pytest.mark.xdist_group("verdict")
-
 TINY = ["episode_length=40", "evaluation.every=1", "evaluation.episodes=4"]
 RUN = {"popsize": 8, "generations": 3, "rollouts": 1}
 
