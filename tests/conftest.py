@@ -77,7 +77,8 @@ def pytest_sessionfinish(session, exitstatus):
         return
     split = sorted(f for f, workers in _WORKERS_PER_FILE.items() if len(workers) > 1)
     if split:
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if session.exitstatus == pytest.ExitCode.OK:  # an interruption or error says more
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.ensure_newline()
