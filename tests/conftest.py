@@ -27,23 +27,23 @@ from collections import defaultdict
 import pytest
 
 _CACHE_DIR = "ESJAX_CACHE_DIR"  # esjax.cache.ENV_DIR, without importing esjax this early
-# Longest first, by the seconds each file took in one run of the whole suite on the 2-core CI
-# box; every other file keeps its place after these.
+# Longest first, by the seconds each file's tests took in one run of the whole suite here (2
+# cores, two workers, loadfile); every other file keeps its place after these.
 _LONGEST_FILES = (
-    "test_suite_presets.py",  # 990 s
-    "test_presets.py",  # 687 s
-    "test_strategies.py",  # 355 s
-    "test_suite_render.py",  # 278 s
+    "test_suite_presets.py",  # 1071 s
+    "test_presets.py",  # 598 s
+    "test_strategies.py",  # 319 s
     "test_rollout.py",  # 274 s
-    "test_sweep.py",  # 252 s
-    "test_suite_brax.py",  # 207 s
-    "test_baselines.py",  # 205 s
-    "test_hardening.py",  # 190 s
-    "test_distributed.py",  # 180 s
-    "test_engine.py",  # 178 s
-    "test_preemption.py",  # 175 s
-    "test_render.py",  # 171 s
-    "test_examples.py",  # 166 s
+    "test_suite_render.py",  # 268 s
+    "test_render.py",  # 210 s
+    "test_distributed.py",  # 199 s
+    "test_preemption.py",  # 180 s
+    "test_suite_brax.py",  # 177 s
+    "test_sweep.py",  # 167 s
+    "test_examples.py",  # 162 s
+    "test_hardening.py",  # 161 s
+    "test_engine.py",  # 144 s
+    "test_baselines.py",  # 138 s
 )
 
 
