@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -316,8 +317,35 @@ def reference_returns(rollout: Any, key: jax.Array, episodes: int, baseline: str
     controller above, fed the sampled parameters.
     """
     reference = baseline_rollout(rollout, baseline)
+    population = reference_population(reference, baseline)
+    return np.asarray(reference.population(key, population, episodes).returns[0])
+
+
+def reference_population(reference: Any, baseline: str) -> Any:
+    """A baseline's parameters as a one-member population for ``reference.population``.
+
+    The analytic controller's gains, the random policy's unused leaf, or for ``zero`` the
+    rollout's own policy with every weight zero.
+    """
     params = reference.init_params(jax.random.key(0))
     if baseline == "zero":
         params = jax.tree.map(jnp.zeros_like, params)
-    population = jax.tree.map(lambda x: x[None], params)
-    return np.asarray(reference.population(key, population, episodes).returns[0])
+    return jax.tree.map(lambda x: x[None], params)
+
+
+def check_told_pinned(reference: Any, names: Sequence[str], where: str) -> None:
+    """An analytic controller must be told every parameter a grid pins, as every one drawn.
+
+    ``reference`` is a :func:`baseline_rollout`; the zero and random baselines read no
+    parameters, so only the analytic one is checked.
+    """
+    if not reference.param_inputs:
+        return
+    env_name = getattr(reference.env, "name", type(reference.env).__name__)
+    unused = UNUSED_PARAMS.get(env_name, ())
+    hidden = sorted(set(names) - set(reference.param_inputs) - set(unused))
+    if hidden:
+        raise ConfigError(
+            f"{where}: the analytic controller for {env_name} is not told {', '.join(hidden)}, "
+            f"which the grid varies; it is told {', '.join(reference.param_inputs)}"
+        )

@@ -234,6 +234,7 @@ def evolve(
         "esjax eval runs/meta-sign --split extrapolate --baseline analytic",
         "esjax eval runs/meta-pendulum --split test --which best",
         "esjax eval runs/meta-pendulum --grid",
+        "esjax eval runs/acrobot-meta --grid --baseline analytic",
         "esjax eval runs/meta-pendulum --grid-axis m=0.25:4:9 --grid-axis l=0.5,1,2 --out ml.json",
     ),
 )
@@ -295,7 +296,7 @@ def eval_(
             help="Also test a reference on the same episodes: analytic (a controller told the "
             "true env parameters; pendulum tasks; prints the policy's score 0 = zero action, "
             "1 = analytic), random (uniformly random actions; prints the policy's margin over "
-            "it) or zero (zero action).",
+            "it) or zero (zero action). With --grid, per cell, and the heatmap shows the score.",
         ),
     ] = None,
 ) -> None:
@@ -303,18 +304,14 @@ def eval_(
 
     With `--grid`, the same test episodes on every cell of a grid of fixed env parameters
     (e.g. mass x length), compiled once for the whole grid; the training range is outlined.
-    With `--baseline`, a reference controller on the same episodes, and the normalised score.
+    With `--baseline`, a reference controller on the same episodes, and the normalised score
+    (with `--grid`, on every cell).
     """
     check_run_dir(run)
-    if baseline is not None and (grid or grid_axis):
-        raise ConfigError("--baseline and --grid exclude each other")
     if (out_file is not None or overwrite) and not (grid or grid_axis):
         raise ConfigError("--out and --overwrite go with --grid")
     lib = _library()
-    if baseline is not None:
-        record = lib.baseline_record(run, episodes, split, seed, which.value, baseline.value)
-        show = functools.partial(tables.show_baseline_test, console)
-    elif grid or grid_axis:
+    if grid or grid_axis:
         record, json_path, png_path = lib.grid_record(
             run,
             grid_axis or (),
@@ -324,8 +321,12 @@ def eval_(
             out=out_file,
             overwrite=overwrite,
             split=split,
+            baseline=None if baseline is None else baseline.value,
         )
         show = functools.partial(tables.show_grid_test, console, paths=(json_path, png_path))
+    elif baseline is not None:
+        record = lib.baseline_record(run, episodes, split, seed, which.value, baseline.value)
+        show = functools.partial(tables.show_baseline_test, console)
     else:
         record = lib.policy_record(run, episodes, split, seed, which.value)
         show = functools.partial(tables.show_policy_test, console)

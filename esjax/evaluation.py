@@ -18,7 +18,7 @@ import numpy as np
 from esjax import meta
 from esjax.baselines import baseline_rollout
 from esjax.config import ConfigError
-from esjax.plotting import plot_grid
+from esjax.plotting import grid_quantity, plot_grid
 from esjax.runs import write_json
 from esjax.saved import baseline_returns, evaluate_run, make_test_rollout
 
@@ -101,13 +101,15 @@ def grid_record(
     out: str | Path | None = None,
     overwrite: bool = False,
     split: str | None = None,
+    baseline: str | None = None,
 ) -> tuple[dict[str, Any], Path, Path]:
     """Test on every cell of a grid of env parameters; write the JSON and its heatmap.
 
     ``specs`` are ``--grid-axis`` specs (default: the task's ``[grid]`` table); ``out`` is the
-    JSON (default ``RUN/grid.json``; the heatmap goes next to it as ``.png``). Every check that
-    needs no compile comes before the compile, so a mistake costs no waiting. Returns
-    ``(record, json path, heatmap path)``.
+    JSON (default ``RUN/grid.json``; the heatmap goes next to it as ``.png``). ``baseline``
+    adds the references' means and the policy's score per cell, and the heatmap shows the
+    score. Every check that needs no compile comes before the compile, so a mistake costs no
+    waiting. Returns ``(record, json path, heatmap path)``.
     """
     if split is not None:
         raise ConfigError("--split and --grid exclude each other: a grid pins the parameters")
@@ -119,8 +121,11 @@ def grid_record(
     if existing and not overwrite:
         raise ConfigError(f"{existing[0]} exists; pass --overwrite to replace it, or --out")
     axes = meta.grid_axes(run, specs)
-    record = meta.evaluate_grid(run, axes, episodes=episodes, seed=seed, which=which)
+    record = meta.evaluate_grid(
+        run, axes, episodes=episodes, seed=seed, which=which, baseline=baseline
+    )
     record["figure"] = png_path.name
+    record["figure_shows"] = grid_quantity(record)
     json_path.parent.mkdir(parents=True, exist_ok=True)
     write_json(json_path, record)
     plot_grid(record, png_path)

@@ -20,10 +20,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from esjax import runs
+from esjax.baselines import (
+    baseline_rollout,
+    check_baseline,
+    check_told_pinned,
+    reference_population,
+)
 from esjax.config import ConfigError, to_dict
 from esjax.policies import memory_lesion
 from esjax.presets import load_task
-from esjax.saved import SavedPolicy, baseline_returns, make_test_rollout
+from esjax.saved import SavedPolicy, baseline_returns, fresh_test_key, make_test_rollout
 from esjax.stats import mean_interval
 from esjax.tasks import check_param_names
 
@@ -203,6 +209,7 @@ def grid_returns(
     seed: int = 0,
     which: str = "final",
     *,
+    baseline: str | None = None,
     _built: Any = None,
 ) -> np.ndarray:
     """Test returns on every grid cell, shape ``(rows, columns, episodes)``; one compile.
@@ -210,12 +217,20 @@ def grid_returns(
     Each cell runs the same test episodes as :func:`esjax.saved.evaluate_run` (same key
     root, so the same start states) with the env parameters pinned to the cell's values.
     The cells are a batch axis of one jitted program, not a Python loop of rollouts.
+    ``baseline`` (:mod:`esjax.baselines`): that reference on the same episodes instead of the
+    run's policy; the analytic controller is told each cell's values.
     """
     names = list(axes)
     config, rollout = _built or make_test_rollout(run_dir)
     check_param_names(names, rollout.env_params, "--grid")
-    saved = SavedPolicy.load(run_dir, which, seed, built=(config, rollout))
-    key, params, obs_stats = saved.test_inputs()
+    if baseline is None:
+        saved = SavedPolicy.load(run_dir, which, seed, built=(config, rollout))
+        key, params, obs_stats = saved.test_inputs()
+    else:
+        rollout = baseline_rollout(rollout, baseline)
+        check_told_pinned(rollout, names, "--grid")
+        key, obs_stats = fresh_test_key(config, seed), None
+        params = reference_population(rollout, baseline)
     dtypes = [jnp.result_type(getattr(rollout.env_params, n)) for n in names]
     for name, dtype in zip(names, dtypes, strict=True):
         if not jnp.issubdtype(dtype, jnp.floating):
@@ -250,8 +265,14 @@ def evaluate_grid(
     episodes: int = 128,
     seed: int = 0,
     which: str = "final",
+    baseline: str | None = None,
 ) -> dict[str, Any]:
-    """Mean and std of the test return per cell, and which cells the training sampler covers."""
+    """Mean and std of the test return per cell, and which cells the training sampler covers.
+
+    With ``baseline``, also the zero action's and the baseline's mean per cell on the same
+    episodes, and the policy's score per cell as ``esjax eval --baseline`` gives it for one
+    split: ``score_vs_analytic`` (0 = zero action, 1 = analytic) or ``margin_over_random``.
+    """
     if not isinstance(episodes, int) or episodes <= 0:
         raise ConfigError(f"episodes must be a positive integer, got {episodes!r}")
     names = list(axes)
@@ -259,13 +280,16 @@ def evaluate_grid(
         raise ConfigError(f"a grid has two parameters, got {len(names)}")
     built = make_test_rollout(run_dir)
     check_param_names(names, built[1].env_params, "--grid")
+    if baseline is not None:  # a reference that cannot be built fails before any compile
+        check_baseline(baseline)
+        check_told_pinned(baseline_rollout(built[1], baseline), names, "--grid")
     task = built[0].task
     fixed = {n: float(getattr(built[1].env_params, n)) for n in names}
     dists = {n: task.env_sampler.get(n) for n in names}
     returns = grid_returns(run_dir, axes, episodes, seed, which, _built=built)
     rows, cols = ([_inside(v, dists[n], fixed[n]) for v in axes[n]] for n in names)
     inside = [[a and b for b in cols] for a in rows]
-    return {
+    record = {
         "run": str(run_dir),
         "task": built[0].task_name,
         "which": which,
@@ -278,6 +302,32 @@ def evaluate_grid(
         "in_training": inside,
         "training_range": {n: _training_range(dists[n], fixed[n]) for n in names},
     }
+    if baseline is not None:
+        means = {
+            name: grid_returns(run_dir, axes, episodes, seed, baseline=name, _built=built).mean(-1)
+            for name in dict.fromkeys(("zero", baseline))
+        }
+        record.update(_grid_scores(returns.mean(axis=-1), means, baseline))
+    return record
+
+
+def _grid_scores(policy: np.ndarray, means: dict[str, np.ndarray], baseline: str) -> dict:
+    """The references' means per cell and the policy's score against them, as in one split's."""
+    scores: dict[str, Any] = {
+        "baseline": baseline,
+        "reference_mean": {
+            ("zero action" if name == "zero" else name): _finite_or_none(m)
+            for name, m in means.items()
+        },
+    }
+    with np.errstate(divide="ignore", invalid="ignore"):  # a cell the analytic cannot lift
+        if baseline == "analytic":
+            scores["score_vs_analytic"] = _finite_or_none(
+                (policy - means["zero"]) / (means["analytic"] - means["zero"])
+            )
+    if baseline == "random":
+        scores["margin_over_random"] = _finite_or_none(policy - means["random"])
+    return scores
 
 
 def _finite_or_none(values: np.ndarray) -> list:

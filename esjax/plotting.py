@@ -269,28 +269,43 @@ def training_outline(inside: np.ndarray) -> list[tuple[tuple[float, float], tupl
     return segments
 
 
-def plot_grid(record: Mapping[str, Any], out: str | Path, *, title: str | None = None) -> Path:
-    """A heatmap of mean return per grid cell (a record of :func:`esjax.meta.evaluate_grid`).
+# What a grid's heatmap shows, first found first: the record's field, its label and decimals.
+GRID_QUANTITIES = (
+    {"field": "score_vs_analytic", "label": "score (0 = zero action, 1 = analytic)", "decimals": 2},
+    {"field": "margin_over_random", "label": "margin over random actions", "decimals": 1},
+    {"field": "mean", "label": "mean test return", "decimals": 0},
+)
 
-    Rows are the first parameter (growing upwards), columns the second; every cell carries its
-    number, so the figure reads without the colour bar, and the cells inside the training
-    sampler's range are outlined.
+
+def grid_quantity(record: Mapping[str, Any]) -> dict[str, Any]:
+    """What a grid record is read by (one of :data:`GRID_QUANTITIES`): its score, else its mean."""
+    return next(dict(q) for q in GRID_QUANTITIES if q["field"] in record)
+
+
+def plot_grid(record: Mapping[str, Any], out: str | Path, *, title: str | None = None) -> Path:
+    """A heatmap of a grid record (:func:`esjax.meta.evaluate_grid`), one number per cell.
+
+    The mean test return, or with a baseline the policy's score against it. Rows are the first
+    parameter (growing upwards), columns the second; every cell carries its number, so the
+    figure reads without the colour bar, and the cells inside the training sampler's range are
+    outlined.
     """
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
-    means = np.asarray(record["mean"], dtype=float)
+    shown = grid_quantity(record)
+    numbers = np.asarray(record[shown["field"]], dtype=float)
     rows, cols = (list(v) for v in record["values"])
     row_name, col_name = record["axes"]
     fig = Figure(
         figsize=(1.5 + 0.75 * len(cols), 1.3 + 0.55 * len(rows)), dpi=120, layout="constrained"
     )
     ax = fig.subplots()
-    image = ax.imshow(np.ma.masked_invalid(means), origin="lower", cmap="viridis", aspect="auto")
-    finite = means[np.isfinite(means)]
+    image = ax.imshow(np.ma.masked_invalid(numbers), origin="lower", cmap="viridis", aspect="auto")
+    finite = numbers[np.isfinite(numbers)]
     middle = (finite.min() + finite.max()) / 2 if finite.size else 0.0
-    for (r, c), value in np.ndenumerate(means):
-        text = f"{value:.0f}" if math.isfinite(value) else "-"
+    for (r, c), value in np.ndenumerate(numbers):
+        text = f"{value:.{shown['decimals']}f}" if math.isfinite(value) else "-"
         # Light text on the dark (low) end of viridis, dark text on the light end.
         color = "white" if not math.isfinite(value) or value < middle else "black"
         ax.text(c, r, text, ha="center", va="center", fontsize=7, color=color)
@@ -302,7 +317,7 @@ def plot_grid(record: Mapping[str, Any], out: str | Path, *, title: str | None =
     ax.set_ylabel(row_name)
     ax.set_xlim(-0.5, len(cols) - 0.5)
     ax.set_ylim(-0.5, len(rows) - 0.5)
-    fig.colorbar(image, ax=ax, label="mean test return")
+    fig.colorbar(image, ax=ax, label=shown["label"])
     if np.any(record["in_training"]):
         handle = Line2D([], [], color="red", lw=2.0)
         fig.legend([handle], ["training range"], loc="outside lower left", fontsize=8)

@@ -131,8 +131,7 @@ class SavedPolicy:
         """
         flat = np.zeros_like(self.flat) if zero else self.flat
         params = _one_member_population(self.rollout)(flat)
-        key = seed_keys(self.config.seed + self.seed)["test"]
-        return key, params, self.obs_stats
+        return fresh_test_key(self.config, self.seed), params, self.obs_stats
 
     def test_returns(self, episodes: int = TEST_EPISODES, *, zero: bool = False) -> np.ndarray:
         """Per-episode returns on the run's fresh test episodes."""
@@ -196,8 +195,12 @@ def baseline_returns(
     if not isinstance(episodes, int) or episodes <= 0:
         raise ConfigError(f"episodes must be a positive integer, got {episodes!r}")
     config, rollout = built or make_test_rollout(run_dir, split)
-    key = seed_keys(config.seed + seed)["test"]
-    return reference_returns(rollout, key, episodes, baseline)
+    return reference_returns(rollout, fresh_test_key(config, seed), episodes, baseline)
+
+
+def fresh_test_key(config: RunConfig, seed: int) -> jax.Array:
+    """The key of the fresh test episodes of a run's seed index ``seed`` (0: the first)."""
+    return seed_keys(config.seed + seed)["test"]
 
 
 # ---------------------------------------------------------------------------- the verdict

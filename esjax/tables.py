@@ -96,13 +96,28 @@ def show_baseline_test(console: Console, record: dict[str, Any]) -> None:
 
 
 def show_grid_test(console: Console, record: dict[str, Any], paths: tuple[Path, Path]) -> None:
-    """:func:`esjax.evaluation.grid_record` and the files it wrote: mean test return per cell."""
+    """:func:`esjax.evaluation.grid_record` and the files it wrote: mean test return per cell.
+
+    With a baseline, the policy's score per cell follows, the number the heatmap shows.
+    """
     json_path, png_path = paths
+    about = f"{record['run']} ({record['which']} policy, {record['episodes']} episodes per cell)"
+    console.print(_grid_table(record, "mean", 0, f"mean test return of {about}"))
+    shown = record.get("figure_shows", {"field": "mean"})
+    if shown["field"] != "mean":
+        table = _grid_table(
+            record, shown["field"], shown["decimals"], f"{shown['label']}, per cell"
+        )
+        console.print(table)
+    console.print(f"wrote {json_path} and {png_path}", soft_wrap=True)
+
+
+def _grid_table(record: dict[str, Any], field: str, digits: int, title: str) -> Table:
+    """One number per grid cell, rows the first parameter; the training range in bold."""
     rows, cols = record["values"]
     row_name, col_name = record["axes"]
     table = Table(
-        title=f"mean test return of {record['run']} ({record['which']} policy, "
-        f"{record['episodes']} episodes per cell)",
+        title=title,
         title_justify="left",
         caption="bold: inside the training range",
         caption_justify="left",
@@ -110,14 +125,13 @@ def show_grid_test(console: Console, record: dict[str, Any], paths: tuple[Path, 
     table.add_column(f"{row_name} \\ {col_name}", justify="right", style="cyan")
     for value in cols:
         table.add_column(f"{value:.3g}", justify="right")
-    for value, means, inside in zip(rows, record["mean"], record["in_training"], strict=True):
-        cells = [
-            Text(number(m, 0), style="bold" if i else "dim")
-            for m, i in zip(means, inside, strict=True)
+    for value, cells, inside in zip(rows, record[field], record["in_training"], strict=True):
+        texts = [
+            Text(number(c, digits), style="bold" if i else "dim")
+            for c, i in zip(cells, inside, strict=True)
         ]
-        table.add_row(f"{value:.3g}", *cells)
-    console.print(table)
-    console.print(f"wrote {json_path} and {png_path}", soft_wrap=True)
+        table.add_row(f"{value:.3g}", *texts)
+    return table
 
 
 def show_sweep(

@@ -157,8 +157,14 @@ def test_eval_baseline_errors_are_one_line(runs):
     work, made = runs
     result = esjax("eval", made["cartpole"], "--baseline", "analytic", cwd=work)
     assert_clean_error(result, "no analytic controller for CartPole-v1")
-    result = esjax("eval", made["pendulum-sign"], "--baseline", "analytic", "--grid", cwd=work)
-    assert_clean_error(result, "--baseline and --grid exclude each other")
+    grid = ("--grid-axis", "length=0.5,1", "--grid-axis", "masspole=0.05,0.1")
+    result = esjax("eval", made["cartpole"], *grid, "--baseline", "analytic", cwd=work)
+    assert_clean_error(result, "no analytic controller for CartPole-v1")
+    # A grid pins what it varies, so the controller must be told it, as every drawn param.
+    grid = ("--grid-axis", "m=1,2", "--grid-axis", "dt=0.05,0.1", "--out", work / "dt.json")
+    result = esjax("eval", made["pendulum-sign"], *grid, "--baseline", "analytic", cwd=work)
+    assert_clean_error(result, "analytic controller for Pendulum-v1 is not told dt")
+    assert not (work / "dt.json").exists()
     result = esjax("eval", made["pendulum-sign"], "--baseline", "oracle", cwd=work)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     with pytest.raises(ConfigError, match="unknown baseline"):

@@ -41,12 +41,12 @@ def grid_run(tmp_path_factory):
     return run_dir, json.loads(out.read_text()), out
 
 
-def reference_returns(run_dir, m: float, l: float, episodes: int) -> np.ndarray:
+def reference_returns(run_dir, m: float, l: float, episodes: int, act=None) -> np.ndarray:
     """Test returns on fixed (m, l) from a Python loop over gymnax's ``env.step``.
 
     Start states come from the run's test key root split per episode as the rollout splits it
     (``params, reset, episode`` keys, then one key per step); nothing else is shared with the
-    jitted rollout.
+    jitted rollout. ``act(obs, env_params)``: a controller instead of the saved policy.
     """
     import gymnax
 
@@ -67,7 +67,8 @@ def reference_returns(run_dir, m: float, l: float, episodes: int) -> np.ndarray:
         total = 0.0
         for step_key in jax.random.split(k_episode, length):
             _, k_env = jax.random.split(step_key)
-            obs, state, reward, *done, _ = env.step(k_env, state, policy.act(obs), params)
+            action = policy.act(obs) if act is None else act(obs, params)
+            obs, state, reward, *done, _ = env.step(k_env, state, action, params)
             total += float(reward)
             assert not any(map(bool, done))  # 16 steps: the pendulum never ends early
         totals.append(total)
@@ -84,6 +85,40 @@ def test_grid_cell_matches_a_plain_gymnax_loop(grid_run):
     np.testing.assert_allclose(record["std"][0][1], expected.std(), rtol=1e-3, atol=1e-3)
     # The parameters reach the dynamics: another length gives another return.
     assert abs(record["mean"][0][0] - record["mean"][0][1]) > 1e-3
+
+
+def test_grid_against_the_analytic_controller_matches_plain_gymnax_loops(grid_run, tmp_path):
+    """``--grid --baseline analytic``: the references per cell, each replayed in a Python loop
+    with the cell's (m, l) told to the controller, and the policy's score from the three."""
+    from esjax.baselines import pendulum_torque
+
+    run_dir, plain, _ = grid_run
+    out = tmp_path / "scored.json"
+    args = (*AXES, "-n", EPISODES, "--baseline", "analytic", "--out", out)
+    result = esjax("eval", run_dir, *args, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    words = " ".join(result.stdout.split())  # the table titles wrap at the terminal's width
+    assert "score (0 = zero action, 1 = analytic), per cell" in words
+    record = json.loads(out.read_text())
+    assert record["mean"] == plain["mean"]  # the same episodes as without the baseline
+    assert out.with_suffix(".png").read_bytes()[:8] == PNG_MAGIC
+
+    def analytic(obs, params):
+        return pendulum_torque(obs, params.m, params.l, params.g, params.max_torque)
+
+    def zero(obs, params):
+        return np.zeros(1)
+
+    references = record["reference_mean"]
+    for (row, m), (col, l) in [((0, 0.4), (1, 3.0)), ((1, 1.0), (0, 1.0))]:
+        top = reference_returns(run_dir, m, l, EPISODES, act=analytic).mean()
+        bottom = reference_returns(run_dir, m, l, EPISODES, act=zero).mean()
+        np.testing.assert_allclose(references["analytic"][row][col], top, rtol=1e-4, atol=1e-3)
+        np.testing.assert_allclose(references["zero action"][row][col], bottom, rtol=1e-4)
+        expected = (plain["mean"][row][col] - bottom) / (top - bottom)
+        np.testing.assert_allclose(record["score_vs_analytic"][row][col], expected, rtol=1e-3)
+    # Told each cell's values: a heavier, longer pendulum is another controller's episode.
+    assert references["analytic"][0][1] != references["analytic"][1][0]
 
 
 def test_heatmap_and_training_region(grid_run):
