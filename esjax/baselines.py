@@ -333,13 +333,14 @@ def reference_population(reference: Any, baseline: str) -> Any:
     return jax.tree.map(lambda x: x[None], params)
 
 
-def check_told_pinned(reference: Any, names: Sequence[str], where: str) -> None:
+def check_told_pinned(reference: Any, baseline: str, names: Sequence[str], where: str) -> None:
     """An analytic controller must be told every parameter a grid pins, as every one drawn.
 
-    ``reference`` is a :func:`baseline_rollout`; the zero and random baselines read no
-    parameters, so only the analytic one is checked.
+    ``reference`` is ``baseline``'s :func:`baseline_rollout`. The zero and random baselines
+    control nothing (the zero one is the run's own policy, whatever it is told), so only the
+    analytic one is checked.
     """
-    if not reference.param_inputs:
+    if baseline != "analytic":
         return
     env_name = getattr(reference.env, "name", type(reference.env).__name__)
     unused = UNUSED_PARAMS.get(env_name, ())

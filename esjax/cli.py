@@ -294,9 +294,10 @@ def eval_(
         Baseline | None,
         typer.Option(
             help="Also test a reference on the same episodes: analytic (a controller told the "
-            "true env parameters; pendulum tasks; prints the policy's score 0 = zero action, "
-            "1 = analytic), random (uniformly random actions; prints the policy's margin over "
-            "it) or zero (zero action). With --grid, per cell, and the heatmap shows the score.",
+            "true env parameters; pendulum and acrobot tasks; prints the policy's score "
+            "0 = zero action, 1 = analytic), random (uniformly random actions; prints the "
+            "policy's margin over it) or zero (zero action). With --grid: the reference's mean "
+            "per cell and the policy's score, which the heatmap shows (zero: its mean only).",
         ),
     ] = None,
 ) -> None:

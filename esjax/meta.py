@@ -22,7 +22,6 @@ import numpy as np
 from esjax import runs
 from esjax.baselines import (
     baseline_rollout,
-    check_baseline,
     check_told_pinned,
     reference_population,
 )
@@ -228,7 +227,7 @@ def grid_returns(
         key, params, obs_stats = saved.test_inputs()
     else:
         rollout = baseline_rollout(rollout, baseline)
-        check_told_pinned(rollout, names, "--grid")
+        check_told_pinned(rollout, baseline, names, "--grid")
         key, obs_stats = fresh_test_key(config, seed), None
         params = reference_population(rollout, baseline)
     dtypes = [jnp.result_type(getattr(rollout.env_params, n)) for n in names]
@@ -281,8 +280,7 @@ def evaluate_grid(
     built = make_test_rollout(run_dir)
     check_param_names(names, built[1].env_params, "--grid")
     if baseline is not None:  # a reference that cannot be built fails before any compile
-        check_baseline(baseline)
-        check_told_pinned(baseline_rollout(built[1], baseline), names, "--grid")
+        check_told_pinned(baseline_rollout(built[1], baseline), baseline, names, "--grid")
     task = built[0].task
     fixed = {n: float(getattr(built[1].env_params, n)) for n in names}
     dists = {n: task.env_sampler.get(n) for n in names}
@@ -311,8 +309,11 @@ def evaluate_grid(
     return record
 
 
-def _grid_scores(policy: np.ndarray, means: dict[str, np.ndarray], baseline: str) -> dict:
-    """The references' means per cell and the policy's score against them, as in one split's."""
+def _grid_scores(policy_mean: np.ndarray, means: dict[str, np.ndarray], baseline: str) -> dict:
+    """The references' means per cell and the policy's score against them, as in one split's.
+
+    A cell where the reference's mean equals the zero action's has no score (None).
+    """
     scores: dict[str, Any] = {
         "baseline": baseline,
         "reference_mean": {
@@ -323,10 +324,10 @@ def _grid_scores(policy: np.ndarray, means: dict[str, np.ndarray], baseline: str
     with np.errstate(divide="ignore", invalid="ignore"):  # a cell the analytic cannot lift
         if baseline == "analytic":
             scores["score_vs_analytic"] = _finite_or_none(
-                (policy - means["zero"]) / (means["analytic"] - means["zero"])
+                (policy_mean - means["zero"]) / (means["analytic"] - means["zero"])
             )
     if baseline == "random":
-        scores["margin_over_random"] = _finite_or_none(policy - means["random"])
+        scores["margin_over_random"] = _finite_or_none(policy_mean - means["random"])
     return scores
 
 

@@ -98,21 +98,24 @@ def show_baseline_test(console: Console, record: dict[str, Any]) -> None:
 def show_grid_test(console: Console, record: dict[str, Any], paths: tuple[Path, Path]) -> None:
     """:func:`esjax.evaluation.grid_record` and the files it wrote: mean test return per cell.
 
-    With a baseline, the policy's score per cell follows, the number the heatmap shows.
+    With a baseline, the reference's mean per cell follows, then the policy's score against
+    it, the number the heatmap shows.
     """
     json_path, png_path = paths
     about = f"{record['run']} ({record['which']} policy, {record['episodes']} episodes per cell)"
-    console.print(_grid_table(record, "mean", 0, f"mean test return of {about}"))
+    console.print(_grid_table(record, record["mean"], 0, f"mean test return of {about}"))
+    if "baseline" in record:
+        name = "zero action" if record["baseline"] == "zero" else record["baseline"]
+        title = f"mean test return of the {name} on the same episodes"
+        console.print(_grid_table(record, record["reference_mean"][name], 0, title))
     shown = record.get("figure_shows", {"field": "mean"})
     if shown["field"] != "mean":
-        table = _grid_table(
-            record, shown["field"], shown["decimals"], f"{shown['label']}, per cell"
-        )
-        console.print(table)
+        title = f"{shown['label']}, per cell"
+        console.print(_grid_table(record, record[shown["field"]], shown["decimals"], title))
     console.print(f"wrote {json_path} and {png_path}", soft_wrap=True)
 
 
-def _grid_table(record: dict[str, Any], field: str, digits: int, title: str) -> Table:
+def _grid_table(record: dict[str, Any], numbers: list, digits: int, title: str) -> Table:
     """One number per grid cell, rows the first parameter; the training range in bold."""
     rows, cols = record["values"]
     row_name, col_name = record["axes"]
@@ -125,7 +128,7 @@ def _grid_table(record: dict[str, Any], field: str, digits: int, title: str) -> 
     table.add_column(f"{row_name} \\ {col_name}", justify="right", style="cyan")
     for value in cols:
         table.add_column(f"{value:.3g}", justify="right")
-    for value, cells, inside in zip(rows, record[field], record["in_training"], strict=True):
+    for value, cells, inside in zip(rows, numbers, record["in_training"], strict=True):
         texts = [
             Text(number(c, digits), style="bold" if i else "dim")
             for c, i in zip(cells, inside, strict=True)

@@ -171,6 +171,21 @@ def test_eval_baseline_errors_are_one_line(runs):
         baseline_returns(made["pendulum-sign"], 2, baseline="oracle")
 
 
+def test_a_grid_checks_what_the_analytic_controller_is_told_and_only_it():
+    """An oracle policy told only m, on an m x l grid: the zero and random references are no
+    controller of their own, so nothing is refused; the analytic one is told m and l, not dt."""
+    from esjax.baselines import baseline_rollout, check_told_pinned
+
+    _, raw, source = presets.locate("task", "pendulum-sign")
+    raw = {**raw, "policy": {**raw.get("policy", {}), "param_inputs": ["m"], "meta_inputs": []}}
+    rollout = make_rollout(parse_task(raw, source))
+    assert rollout.param_inputs == ("m",)
+    for baseline in ("zero", "random", "analytic"):
+        check_told_pinned(baseline_rollout(rollout, baseline), baseline, ["m", "l"], "--grid")
+    with pytest.raises(ConfigError, match=r"--grid: the analytic controller .* not told dt"):
+        check_told_pinned(baseline_rollout(rollout, "analytic"), "analytic", ["m", "dt"], "--grid")
+
+
 def test_zero_baseline_is_the_zero_weight_policy_on_the_same_episodes(runs):
     from esjax.meta import seed_means
 

@@ -89,18 +89,24 @@ def test_grid_cell_matches_a_plain_gymnax_loop(grid_run):
 
 def test_grid_against_the_analytic_controller_matches_plain_gymnax_loops(grid_run, tmp_path):
     """``--grid --baseline analytic``: the references per cell, each replayed in a Python loop
-    with the cell's (m, l) told to the controller, and the policy's score from the three."""
+    with the cell's (m, l) told to the controller, and the policy's score from the three.
+
+    A negative mass (pendulum-sign's kind) reverses every torque the controller gives, so a
+    controller told the default m = 1 there would play another episode.
+    """
     from esjax.baselines import pendulum_torque
 
     run_dir, plain, _ = grid_run
     out = tmp_path / "scored.json"
-    args = (*AXES, "-n", EPISODES, "--baseline", "analytic", "--out", out)
+    axes = ("--grid-axis", "m=-1.0,1.0", "--grid-axis", "l=1.0,3.0")
+    args = (*axes, "-n", EPISODES, "--baseline", "analytic", "--out", out)
     result = esjax("eval", run_dir, *args, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     words = " ".join(result.stdout.split())  # the table titles wrap at the terminal's width
     assert "score (0 = zero action, 1 = analytic), per cell" in words
+    assert "mean test return of the analytic on the same episodes" in words
     record = json.loads(out.read_text())
-    assert record["mean"] == plain["mean"]  # the same episodes as without the baseline
+    assert record["mean"][1] == plain["mean"][1]  # m = 1: the same episodes as without it
     assert out.with_suffix(".png").read_bytes()[:8] == PNG_MAGIC
 
     def analytic(obs, params):
@@ -110,15 +116,22 @@ def test_grid_against_the_analytic_controller_matches_plain_gymnax_loops(grid_ru
         return np.zeros(1)
 
     references = record["reference_mean"]
-    for (row, m), (col, l) in [((0, 0.4), (1, 3.0)), ((1, 1.0), (0, 1.0))]:
+    for (row, m), (col, l) in [((0, -1.0), (0, 1.0)), ((1, 1.0), (0, 1.0))]:
         top = reference_returns(run_dir, m, l, EPISODES, act=analytic).mean()
         bottom = reference_returns(run_dir, m, l, EPISODES, act=zero).mean()
         np.testing.assert_allclose(references["analytic"][row][col], top, rtol=1e-4, atol=1e-3)
         np.testing.assert_allclose(references["zero action"][row][col], bottom, rtol=1e-4)
-        expected = (plain["mean"][row][col] - bottom) / (top - bottom)
-        np.testing.assert_allclose(record["score_vs_analytic"][row][col], expected, rtol=1e-3)
-    # Told each cell's values: a heavier, longer pendulum is another controller's episode.
-    assert references["analytic"][0][1] != references["analytic"][1][0]
+        assert top - bottom > 1.0  # 16 steps: the controller already gains on zero torque
+        expected = (record["mean"][row][col] - bottom) / (top - bottom)
+        np.testing.assert_allclose(
+            record["score_vs_analytic"][row][col], expected, rtol=1e-3, atol=1e-3
+        )
+
+    def told_defaults(obs, params):
+        return pendulum_torque(obs, 1.0, 1.0, params.g, params.max_torque)
+
+    believed = reference_returns(run_dir, -1.0, 1.0, EPISODES, act=told_defaults).mean()
+    assert abs(references["analytic"][0][0] - believed) > 1.0
 
 
 def test_heatmap_and_training_region(grid_run):
