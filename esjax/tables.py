@@ -95,6 +95,14 @@ def show_baseline_test(console: Console, record: dict[str, Any]) -> None:
         console.print(f"margin over random actions: {record['margin_over_random']:+.3f}")
 
 
+# A grid record's baselines, as its tables name them.
+_REFERENCE_NAMES = {
+    "analytic": "the analytic controller",
+    "random": "random actions",
+    "zero": "the zero action",
+}
+
+
 def show_grid_test(console: Console, record: dict[str, Any], paths: tuple[Path, Path]) -> None:
     """:func:`esjax.evaluation.grid_record` and the files it wrote: mean test return per cell.
 
@@ -105,8 +113,9 @@ def show_grid_test(console: Console, record: dict[str, Any], paths: tuple[Path, 
     about = f"{record['run']} ({record['which']} policy, {record['episodes']} episodes per cell)"
     console.print(_grid_table(record, record["mean"], 0, f"mean test return of {about}"))
     if "baseline" in record:
-        name = "zero action" if record["baseline"] == "zero" else record["baseline"]
-        title = f"mean test return of the {name} on the same episodes"
+        baseline = record["baseline"]
+        name = "zero action" if baseline == "zero" else baseline
+        title = f"mean test return of {_REFERENCE_NAMES[baseline]} on the same episodes"
         console.print(_grid_table(record, record["reference_mean"][name], 0, title))
     shown = record.get("figure_shows", {"field": "mean"})
     if shown["field"] != "mean":

@@ -104,7 +104,7 @@ def test_grid_against_the_analytic_controller_matches_plain_gymnax_loops(grid_ru
     assert result.returncode == 0, result.stdout + result.stderr
     words = " ".join(result.stdout.split())  # the table titles wrap at the terminal's width
     assert "score (0 = zero action, 1 = analytic), per cell" in words
-    assert "mean test return of the analytic on the same episodes" in words
+    assert "mean test return of the analytic controller on the same episodes" in words
     record = json.loads(out.read_text())
     assert record["mean"][1] == plain["mean"][1]  # m = 1: the same episodes as without it
     assert out.with_suffix(".png").read_bytes()[:8] == PNG_MAGIC
