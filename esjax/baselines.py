@@ -296,11 +296,18 @@ def baseline_rollout(rollout: Any, baseline: str) -> Any:
 def _check_told_everything_drawn(env_name: str, sampler: Any, inputs: tuple[str, ...]) -> None:
     """A controller must be told every param the episodes draw, or it controls another env."""
     drawn = [name for name, _ in sampler.distributions] if sampler is not None else []
-    hidden = sorted(set(drawn) - set(inputs) - set(UNUSED_PARAMS.get(env_name, ())))
+    _check_told(env_name, drawn, inputs, "these episodes draw")
+
+
+def _check_told(
+    env_name: str, names: Sequence[str], inputs: Sequence[str], why: str, where: str = ""
+) -> None:
+    """The one check that every name in ``names`` (which the episodes ``why``) is told or unused."""
+    hidden = sorted(set(names) - set(inputs) - set(UNUSED_PARAMS.get(env_name, ())))
     if hidden:
         raise ConfigError(
-            f"the analytic controller for {env_name} is not told {', '.join(hidden)}, which "
-            f"these episodes draw; it is told {', '.join(inputs)}"
+            f"{where}the analytic controller for {env_name} is not told {', '.join(hidden)}, "
+            f"which {why}; it is told {', '.join(inputs)}"
         )
 
 
@@ -343,10 +350,4 @@ def check_told_pinned(reference: Any, baseline: str, names: Sequence[str], where
     if baseline != "analytic":
         return
     env_name = getattr(reference.env, "name", type(reference.env).__name__)
-    unused = UNUSED_PARAMS.get(env_name, ())
-    hidden = sorted(set(names) - set(reference.param_inputs) - set(unused))
-    if hidden:
-        raise ConfigError(
-            f"{where}: the analytic controller for {env_name} is not told {', '.join(hidden)}, "
-            f"which the grid varies; it is told {', '.join(reference.param_inputs)}"
-        )
+    _check_told(env_name, names, reference.param_inputs, "the grid varies", f"{where}: ")
