@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from esjax.config import ConfigError
+from esjax.config import BASELINES, ConfigError
 from esjax.envs import import_gymnax
 from esjax.policies import ActionHead, Policy
 from esjax.rollout import PopulationRollout
@@ -47,7 +47,6 @@ from esjax.rollout import PopulationRollout
 if TYPE_CHECKING:
     from gymnax.environments.classic_control import acrobot
 
-BASELINES = ("analytic", "random", "zero")
 # Env parameters the pendulum controller is handed, appended to its observation in this order.
 PENDULUM_INPUTS = ("m", "l", "g", "max_torque")
 # Acrobot parameters the planner is handed: the sampled link and what a grid may vary.

@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from esjax import cache, tables, terminal
-from esjax.config import ConfigError
+from esjax.config import BASELINES, ConfigError
 from esjax.progress import ProgressReport, SweepProgress
 from esjax.terminal import EXIT_INTERRUPTED, check_run_dir, console, exit_stopped, handles_errors
 
@@ -58,7 +58,7 @@ app = typer.Typer(
 # Choices of options, as typer shows them.
 XAxis = StrEnum("XAxis", ["generations", "env_steps", "wall_s"])
 Which = StrEnum("Which", ["final", "best"])
-Baseline = StrEnum("Baseline", ["analytic", "random", "zero"])
+Baseline = StrEnum("Baseline", BASELINES)
 
 
 # ---------------------------------------------------------------------------- global options

@@ -212,6 +212,13 @@ DISTRIBUTIONS = ("uniform", "log_uniform", "choice", "random_sign")
 POLICY_KINDS = ("mlp", "lstm", "gru", "cnn")
 RECURRENT_KINDS = ("lstm", "gru")  # policies whose ``hidden`` is one cell size
 ACTION_MODES = ("greedy", "sample", "raw")
+# What a policy's test returns can be set against (``esjax eval --baseline``).
+BASELINES = ("analytic", "random", "zero")
+
+
+def baseline_label(baseline: str) -> str:
+    """A baseline's key among a record's returns: "zero" alone would not say what was played."""
+    return "zero action" if baseline == "zero" else baseline
 
 
 # Fresh test episodes per seed behind the solved verdict, unless a task sets ``test_episodes``.

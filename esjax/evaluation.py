@@ -17,7 +17,7 @@ import numpy as np
 
 from esjax import meta
 from esjax.baselines import baseline_rollout
-from esjax.config import ConfigError
+from esjax.config import ConfigError, baseline_label
 from esjax.plotting import grid_quantity, plot_grid
 from esjax.runs import write_json
 from esjax.saved import baseline_returns, evaluate_run, make_test_rollout
@@ -65,7 +65,7 @@ def baseline_record(
     rows = {f"policy ({which})": policy["returns"]}
     for name in dict.fromkeys(("zero", baseline)):
         returns = baseline_returns(run, episodes, split, seed, name, built=(config, rollout))
-        rows["zero action" if name == "zero" else name] = [float(r) for r in returns]
+        rows[baseline_label(name)] = [float(r) for r in returns]
     summary = {
         name: {
             "mean": float(np.mean(r)),
@@ -84,7 +84,7 @@ def baseline_record(
         "returns": summary,
     }
     if baseline == "analytic":
-        zero, top = summary["zero action"]["mean"], summary["analytic"]["mean"]
+        zero, top = summary[baseline_label("zero")]["mean"], summary["analytic"]["mean"]
         record["score_vs_analytic"] = (policy["mean"] - zero) / (top - zero)
     if baseline == "random":
         record["margin_over_random"] = policy["mean"] - summary["random"]["mean"]

@@ -25,7 +25,7 @@ from esjax.baselines import (
     check_told_pinned,
     reference_population,
 )
-from esjax.config import ConfigError, to_dict
+from esjax.config import ConfigError, baseline_label, to_dict
 from esjax.policies import memory_lesion
 from esjax.presets import load_task
 from esjax.saved import SavedPolicy, baseline_returns, fresh_test_key, make_test_rollout
@@ -316,10 +316,7 @@ def _grid_scores(policy_mean: np.ndarray, means: dict[str, np.ndarray], baseline
     """
     scores: dict[str, Any] = {
         "baseline": baseline,
-        "reference_mean": {
-            ("zero action" if name == "zero" else name): _finite_or_none(m)
-            for name, m in means.items()
-        },
+        "reference_mean": {baseline_label(name): _finite_or_none(m) for name, m in means.items()},
     }
     with np.errstate(divide="ignore", invalid="ignore"):  # a cell the analytic cannot lift
         if baseline == "analytic":

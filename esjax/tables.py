@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from esjax.config import baseline_label
 from esjax.progress import count, duration, number
 
 
@@ -114,9 +115,9 @@ def show_grid_test(console: Console, record: dict[str, Any], paths: tuple[Path, 
     console.print(_grid_table(record, record["mean"], 0, f"mean test return of {about}"))
     if "baseline" in record:
         baseline = record["baseline"]
-        name = "zero action" if baseline == "zero" else baseline
         title = f"mean test return of {_REFERENCE_NAMES[baseline]} on the same episodes"
-        console.print(_grid_table(record, record["reference_mean"][name], 0, title))
+        reference = record["reference_mean"][baseline_label(baseline)]
+        console.print(_grid_table(record, reference, 0, title))
     shown = record.get("figure_shows", {"field": "mean"})
     if shown["field"] != "mean":
         title = f"{shown['label']}, per cell"
