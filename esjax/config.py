@@ -265,6 +265,9 @@ class PolicyConfig:
 
     ``cnn`` (image observations): ``channels`` conv layers of ``kernel`` x ``kernel`` and
     ``stride``, then ``hidden`` dense layers; ``lstm`` > 0 adds a recurrent cell of that size.
+    ``ego_channel`` centres the image on the cell lit in that channel (the agent's), cut to
+    ``ego_radius`` cells each way (default: the whole grid from any cell), so that what lies
+    next to the agent is the same input wherever it stands (:func:`esjax.policies.centred_view`).
 
     ``param_inputs`` names env parameters appended to the observation (an oracle baseline);
     ``frame_stack`` feeds the last k observations (a memory without recurrence).
@@ -293,6 +296,8 @@ class PolicyConfig:
     kernel: int = 3
     stride: int = 1
     lstm: int = 0
+    ego_channel: int | None = None
+    ego_radius: int | None = None
     actions: str = "greedy"
     mirror: tuple[float, ...] = ()
     mirror_actions: tuple[int, ...] = ()
@@ -332,6 +337,22 @@ class PolicyConfig:
                 value = getattr(self, name)
                 _require(value > 0, _child(where, name), f"must be positive, got {value}")
             _require(self.lstm >= 0, _child(where, "lstm"), f"must be >= 0, got {self.lstm}")
+            for name in ("ego_channel", "ego_radius"):
+                value = getattr(self, name)
+                low = 0 if name == "ego_channel" else 1
+                _require(value is None or value >= low, _child(where, name),
+                         f"must be >= {low}, got {value}")  # fmt: skip
+            _require(
+                self.ego_radius is None or self.ego_channel is not None,
+                _child(where, "ego_radius"),
+                "needs ego_channel, the channel the view centres on",
+            )
+        else:
+            _require(
+                self.ego_channel is None and self.ego_radius is None,
+                _child(where, "ego_channel"),
+                "is for cnn policies (image observations)",
+            )
         _require(
             self.frame_stack > 0,
             _child(where, "frame_stack"),

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from esjax import mirror
+from esjax.config import ConfigError
 
 META_INPUTS = ("action", "reward", "done")
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
@@ -41,6 +42,11 @@ def is_discrete(space: Any) -> bool:
     """Duck-typed on gymnax's Discrete (``n``) and Box (``low``/``high``/``shape``), so spaces
     of gymnax-style envs from other packages work too."""
     return hasattr(space, "n") and not hasattr(space, "low")
+
+
+class PolicyError(ConfigError):
+    """A policy that does not fit its env (the observation's shape, the action space, a size):
+    the task's fault, so the command line says it in one line."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,7 @@ class ActionHead:
     def from_space(cls, space: Any, raw: bool = False) -> ActionHead:
         if is_discrete(space):
             if raw:
-                raise ValueError("raw actions are for continuous (Box) action spaces")
+                raise PolicyError("raw actions are for continuous (Box) action spaces")
             return cls(discrete=True, size=int(space.n))
         if all(hasattr(space, name) for name in ("low", "high", "shape")):
             shape = tuple(space.shape)
@@ -147,7 +153,8 @@ def _meta_feature_size(meta_inputs: Sequence[str], head: ActionHead) -> int:
 def _check_meta_inputs(meta_inputs: Sequence[str]) -> tuple[str, ...]:
     unknown = [name for name in meta_inputs if name not in META_INPUTS]
     if unknown:
-        raise ValueError(f"unknown meta input {unknown[0]!r}: choose from {', '.join(META_INPUTS)}")
+        choices = ", ".join(META_INPUTS)
+        raise PolicyError(f"unknown meta input {unknown[0]!r}: choose from {choices}")
     return tuple(meta_inputs)
 
 
@@ -197,11 +204,11 @@ class MLP:
         self, obs_size: int, action_space: Any, deterministic: bool = True, **layout: Any
     ) -> Policy:
         if self.activation not in ACTIVATIONS:
-            raise ValueError(
+            raise PolicyError(
                 f"unknown activation {self.activation!r}: choose from {', '.join(ACTIVATIONS)}"
             )
         if any(int(w) <= 0 for w in self.hidden):
-            raise ValueError(f"hidden sizes must be positive, got {tuple(self.hidden)}")
+            raise PolicyError(f"hidden sizes must be positive, got {tuple(self.hidden)}")
         meta = _check_meta_inputs(self.meta_inputs)
         head = ActionHead.from_space(action_space, raw=self.raw_actions)
         input_size = obs_size + _meta_feature_size(meta, head)
@@ -251,7 +258,7 @@ class _Recurrent:
         self, obs_size: int, action_space: Any, deterministic: bool = True, **layout: Any
     ) -> Policy:
         if int(self.hidden) <= 0:
-            raise ValueError(f"hidden size must be positive, got {self.hidden}")
+            raise PolicyError(f"hidden size must be positive, got {self.hidden}")
         meta = _check_meta_inputs(self.meta_inputs)
         head = ActionHead.from_space(action_space, raw=self.raw_actions)
         input_size = obs_size + _meta_feature_size(meta, head)
@@ -292,7 +299,7 @@ def _mirrored(
     obs_size = math.prod(obs_shape) if obs_shape is not None else features // frame_stack
     problem = mirror.check_mirror(spec.mirror, spec.mirror_actions, obs_size, head)
     if problem:
-        raise ValueError(problem)
+        raise PolicyError(problem)
     reflection = mirror.reflection(
         spec.mirror,
         spec.mirror_actions,
@@ -329,9 +336,26 @@ class GRU(_Recurrent):
         return jnp.zeros((int(self.hidden),), jnp.float32)
 
 
+def centred_view(image: jax.Array, channel: int, radius: int) -> jax.Array:
+    """The ``(2 radius + 1)``-square window of ``image`` centred on the cell lit in ``channel``.
+
+    Cells beyond the grid read as zeros. Centred on the agent, "an enemy just left of me" is
+    one input wherever the agent stands, so a reaction that an absolute image makes a
+    conjunction of positions is a single weight (a linear policy can dodge). Where the channel
+    is dark (no agent drawn), the window centres on the top-left cell.
+    """
+    width = image.shape[1]
+    lit = jnp.argmax(image[:, :, channel].reshape(-1))
+    row, col = lit // width, lit % width
+    padded = jnp.pad(image, ((radius, radius), (radius, radius), (0, 0)))
+    size = (2 * radius + 1, 2 * radius + 1, image.shape[2])
+    return jax.lax.dynamic_slice(padded, (row, col, jnp.zeros_like(row)), size)
+
+
 class _ConvTorso(nn.Module):
-    """Image features: the flat input's leading pixels back to ``(H, W, frames * C)``, convs,
-    then the remaining (non-image) inputs joined to the flattened feature map."""
+    """Image features: the flat input's leading pixels back to ``(H, W, frames * C)``, the view
+    centred on the agent (if asked), convs, then the remaining (non-image) inputs joined to the
+    flattened feature map."""
 
     image_shape: tuple[int, int, int]
     frames: int
@@ -340,6 +364,8 @@ class _ConvTorso(nn.Module):
     stride: int
     hidden: Sequence[int]
     activation: str
+    ego_channel: int | None = None
+    ego_radius: int = 0
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -349,6 +375,10 @@ class _ConvTorso(nn.Module):
         # Stacked frames arrive oldest first; they become extra channels of one image.
         image = x[:pixels].reshape(self.frames, height, width, depth)
         image = jnp.moveaxis(image, 0, 2).reshape(height, width, self.frames * depth)
+        if self.ego_channel is not None:  # the newest frame's agent
+            image = centred_view(
+                image, (self.frames - 1) * depth + self.ego_channel, self.ego_radius
+            )
         for features in self.channels:
             window, step = (self.kernel, self.kernel), (self.stride, self.stride)
             image = act(nn.Conv(features, window, step, "VALID")(image))
@@ -386,6 +416,10 @@ class CNN:
     ``lstm > 0`` puts an LSTM cell of that size between the features and the action head, for
     image tasks that need memory. Stacked frames become extra input channels; inputs beyond
     the image (meta inputs, env parameters) join the flattened feature map.
+
+    ``ego_channel``: the image is first cut to the window of ``ego_radius`` cells around the
+    cell lit in that channel (the agent's), see :func:`centred_view`. ``ego_radius`` None: the
+    whole grid stays in view from every cell (a ``2H - 1`` by ``2W - 1`` window).
     """
 
     channels: tuple[int, ...] = (16,)
@@ -396,6 +430,8 @@ class CNN:
     lstm: int = 0
     meta_inputs: tuple[str, ...] = ()
     raw_actions: bool = False  # continuous actions unsquashed (see ActionHead)
+    ego_channel: int | None = None
+    ego_radius: int | None = None
 
     def build(
         self,
@@ -408,7 +444,7 @@ class CNN:
     ) -> Policy:
         """``obs_shape`` is one observation's shape (``(H, W)`` or ``(H, W, C)``)."""
         if obs_shape is None or len(obs_shape) not in (2, 3):
-            raise ValueError(
+            raise PolicyError(
                 f"a cnn policy needs image observations (H, W) or (H, W, C), got shape "
                 f"{tuple(obs_shape) if obs_shape is not None else 'unknown'}; use an mlp"
             )
@@ -425,6 +461,8 @@ class CNN:
             int(self.stride),
             tuple(int(w) for w in self.hidden),
             self.activation,
+            self.ego_channel,
+            self._radius(image_shape),
         )
         zeros_x = jnp.zeros((input_size,), jnp.float32)
         if int(self.lstm) <= 0:
@@ -452,20 +490,32 @@ class CNN:
 
         return Policy(init, apply_recurrent, initial_carry, head, input_size, meta, recurrent=True)
 
+    def _radius(self, image_shape: tuple[int, int, int]) -> int:
+        if self.ego_radius is None:
+            return max(image_shape[:2]) - 1
+        return int(self.ego_radius)
+
     def _check(self, image_shape: tuple[int, int, int]) -> None:
+        if self.ego_channel is not None and not 0 <= self.ego_channel < image_shape[2]:
+            raise PolicyError(
+                f"ego_channel {self.ego_channel} is not a channel of a {image_shape[2]}-channel "
+                "image"
+            )
         if self.activation not in ACTIVATIONS:
-            raise ValueError(
+            raise PolicyError(
                 f"unknown activation {self.activation!r}: choose from {', '.join(ACTIVATIONS)}"
             )
         if any(int(c) <= 0 for c in self.channels) or any(int(w) <= 0 for w in self.hidden):
-            raise ValueError("cnn channels and hidden sizes must be positive")
+            raise PolicyError("cnn channels and hidden sizes must be positive")
         if int(self.kernel) <= 0 or int(self.stride) <= 0:
-            raise ValueError(f"kernel and stride must be positive: {self.kernel}, {self.stride}")
+            raise PolicyError(f"kernel and stride must be positive: {self.kernel}, {self.stride}")
         side = min(image_shape[:2])
+        if self.ego_channel is not None:
+            side = 2 * self._radius(image_shape) + 1
         for _ in self.channels:
             side = (side - int(self.kernel)) // int(self.stride) + 1
         if side <= 0:
-            raise ValueError(
+            raise PolicyError(
                 f"{len(self.channels)} conv layer(s) of kernel {self.kernel}, stride {self.stride} "
                 f"do not fit a {image_shape[0]} x {image_shape[1]} image"
             )

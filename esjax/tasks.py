@@ -33,6 +33,7 @@ from esjax.policies import (
     LSTM,
     MLP,
     ActionHead,
+    PolicyError,
     PolicySpec,
     is_discrete,
 )
@@ -53,6 +54,8 @@ def policy_spec(config: PolicyConfig) -> PolicySpec:
             lstm=config.lstm,
             meta_inputs=config.meta_inputs,
             raw_actions=config.actions == "raw",
+            ego_channel=config.ego_channel,
+            ego_radius=config.ego_radius,
         )
     inputs = {
         "meta_inputs": config.meta_inputs,
@@ -254,17 +257,22 @@ def make_rollout(
     env, default_params = make_env(config.env, config.env_kwargs)
     env_params = _check_params(config, default_params, source)
     kwargs = {"chunk_size": config.chunk_size, **kwargs}
-    return PopulationRollout(
-        env,
-        policy_spec(config.policy),
-        config.episode_length,
-        env_params=env_params,
-        env_params_sampler=split_sampler(config, split),
-        deterministic=config.policy.actions != "sample" if deterministic is None else deterministic,
-        param_inputs=config.policy.param_inputs,
-        frame_stack=config.policy.frame_stack,
-        **kwargs,
-    )
+    try:
+        return PopulationRollout(
+            env,
+            policy_spec(config.policy),
+            config.episode_length,
+            env_params=env_params,
+            env_params_sampler=split_sampler(config, split),
+            deterministic=(
+                config.policy.actions != "sample" if deterministic is None else deterministic
+            ),
+            param_inputs=config.policy.param_inputs,
+            frame_stack=config.policy.frame_stack,
+            **kwargs,
+        )
+    except PolicyError as error:  # the policy does not fit this env
+        raise ConfigError(f"{source}: policy: {error}") from None
 
 
 def shared_rollout(

@@ -18,7 +18,7 @@ from esjax.rollout import PopulationRollout
 
 def reference_features(params, image, extras, stride=1):
     """The conv torso written out with ``nn.Conv`` / ``nn.Dense`` called on their own params."""
-    torso = params["params"]["torso"]
+    torso = params["params"].get("torso", {})  # none: a linear policy
     x = image
     i = 0
     while f"Conv_{i}" in torso:
@@ -150,3 +150,64 @@ def test_cnn_preset_fields_parse_and_are_checked():
     assert task.policy.channels == (8,) and task.policy.lstm == 4
     with pytest.raises(ConfigError, match=r"policy\.kernel"):
         parse_task({"env": "Breakout-MinAtar", "policy": {"kind": "cnn", "kernel": 0}}, "t")
+
+
+def window_by_hand(image: np.ndarray, row: int, col: int, radius: int) -> np.ndarray:
+    """The window around (row, col), cell by cell; beyond the grid reads as zero."""
+    height, width, depth = image.shape
+    out = np.zeros((2 * radius + 1, 2 * radius + 1, depth), image.dtype)
+    for dy in range(-radius, radius + 1):
+        for dx in range(-radius, radius + 1):
+            if 0 <= row + dy < height and 0 <= col + dx < width:
+                out[dy + radius, dx + radius] = image[row + dy, col + dx]
+    return out
+
+
+@pytest.mark.parametrize(("row", "col", "radius"), [(0, 0, 2), (4, 9, 3), (9, 5, 9), (6, 2, 1)])
+def test_centred_view_is_the_window_around_the_agent(row, col, radius):
+    from esjax.policies import centred_view
+
+    rng = np.random.default_rng(row * 10 + col)
+    image = rng.integers(0, 2, (10, 10, 4)).astype(np.float32)
+    image[:, :, 0] = 0
+    image[row, col, 0] = 1  # the agent, alone in its channel
+    got = np.asarray(centred_view(jnp.asarray(image), 0, radius))
+    np.testing.assert_array_equal(got, window_by_hand(image, row, col, radius))
+
+
+@pytest.mark.parametrize("channels", [(), (4,)])
+def test_a_centred_policy_sees_the_window_around_the_newest_frames_agent(channels):
+    """The logits are a plain flax call on the window cut by hand around the agent of the
+    newest stacked frame (the older frame's agent stands elsewhere)."""
+    spec = CNN(channels=channels, hidden=(), ego_channel=0, ego_radius=3)
+    _, policy = breakout_policy(spec, deterministic=False, frame_stack=2)
+    old, new = np.zeros((2, 10, 10, 4), np.float32)
+    old[1, 1, 0] = new[6, 8, 0] = 1  # the agent, then and now
+    new[6, 7, 1] = new[2, 2, 3] = old[5, 5, 2] = 1
+    x = jnp.asarray(np.concatenate([old.reshape(-1), new.reshape(-1)]))
+    stacked = np.concatenate([old, new], axis=-1)
+    for seed in range(3):
+        params = policy.init(jax.random.key(seed))
+        expected = reference_logits(params, jnp.asarray(window_by_hand(stacked, 6, 8, 3)))
+        for k in range(10):
+            key = jax.random.key(100 + k)
+            action, _ = policy.apply(params, x, (), key)
+            assert int(action) == int(jax.random.categorical(key, expected))
+
+
+def test_ego_fields_are_checked_in_one_line():
+    def task(**policy):
+        return {"env": "Breakout-MinAtar", "policy": {"kind": "cnn", **policy}}
+
+    assert parse_task(task(ego_channel=0), "t").policy.ego_radius is None
+    for policy, field in [
+        ({"ego_channel": -1}, "ego_channel"),
+        ({"ego_channel": 0, "ego_radius": 0}, "ego_radius"),
+        ({"ego_radius": 2}, "ego_radius"),
+        ({"kind": "mlp", "ego_channel": 0}, "ego_channel"),
+    ]:
+        with pytest.raises(ConfigError, match=rf"policy\.{field}"):
+            parse_task(task(**policy), "t")
+    with pytest.raises(ValueError, match="not a channel of a 4-channel image") as info:
+        PopulationRollout("Breakout-MinAtar", CNN(ego_channel=4), 8)
+    assert "\n" not in str(info.value)

@@ -111,6 +111,14 @@ BAD_INPUT = {
         ["evolve", "pendulum", "--set", "env_params.g=true"],
         ["env_params.g", "must be a number, got True"],
     ),
+    "cnn_on_flat_observations": (
+        ["evolve", "cartpole", "--set", "policy.kind=cnn"],
+        ["cartpole: policy:", "needs image observations"],
+    ),
+    "ego_channel_beyond_the_image": (
+        ["evolve", "asterix-minatar", "--set", "policy.ego_channel=7"],
+        ["policy:", "ego_channel 7 is not a channel of a 4-channel image"],
+    ),
     "network_that_cannot_fit": (
         ["evolve", "pendulum", "--set", "policy.hidden=[100000,100000]"],
         ["a generation needs about", "GiB", "available", "policy.hidden"],
