@@ -348,11 +348,12 @@ class PolicyConfig:
                 "needs ego_channel, the channel the view centres on",
             )
         else:
-            _require(
-                self.ego_channel is None and self.ego_radius is None,
-                _child(where, "ego_channel"),
-                "is for cnn policies (image observations)",
-            )
+            for name in ("ego_channel", "ego_radius"):
+                _require(
+                    getattr(self, name) is None,
+                    _child(where, name),
+                    "is for cnn policies (image observations)",
+                )
         _require(
             self.frame_stack > 0,
             _child(where, "frame_stack"),

@@ -81,7 +81,7 @@ class ActionHead:
             low = jnp.broadcast_to(jnp.asarray(space.low, jnp.float32), shape).reshape(-1)
             high = jnp.broadcast_to(jnp.asarray(space.high, jnp.float32), shape).reshape(-1)
             return cls(discrete=False, size=size, shape=shape, low=low, high=high, raw=raw)
-        raise TypeError(f"unsupported action space {type(space).__name__}: need Discrete or Box")
+        raise PolicyError(f"unsupported action space {type(space).__name__}: need Discrete or Box")
 
     def __call__(self, outputs: jax.Array, key: jax.Array, deterministic: bool) -> jax.Array:
         if self.discrete:
@@ -339,10 +339,11 @@ class GRU(_Recurrent):
 def centred_view(image: jax.Array, channel: int, radius: int) -> jax.Array:
     """The ``(2 radius + 1)``-square window of ``image`` centred on the cell lit in ``channel``.
 
-    Cells beyond the grid read as zeros. Centred on the agent, "an enemy just left of me" is
-    one input wherever the agent stands, so a reaction that an absolute image makes a
-    conjunction of positions is a single weight (a linear policy can dodge). Where the channel
-    is dark (no agent drawn), the window centres on the top-left cell.
+    Cells beyond the grid read as zeros (with normalised observations, as the average cell).
+    Centred on the agent, "an enemy just left of me" is one input wherever the agent stands,
+    so a reaction that an absolute image makes a conjunction of positions is a single weight
+    (a linear policy can dodge). Where several cells are lit, the first in row-major order is
+    the centre; where none is (no agent drawn), the top-left cell is.
     """
     width = image.shape[1]
     lit = jnp.argmax(image[:, :, channel].reshape(-1))
@@ -419,7 +420,7 @@ class CNN:
 
     ``ego_channel``: the image is first cut to the window of ``ego_radius`` cells around the
     cell lit in that channel (the agent's), see :func:`centred_view`. ``ego_radius`` None: the
-    whole grid stays in view from every cell (a ``2H - 1`` by ``2W - 1`` window).
+    whole grid stays in view from every cell (a square window of side ``2 max(H, W) - 1``).
     """
 
     channels: tuple[int, ...] = (16,)
@@ -491,11 +492,16 @@ class CNN:
         return Policy(init, apply_recurrent, initial_carry, head, input_size, meta, recurrent=True)
 
     def _radius(self, image_shape: tuple[int, int, int]) -> int:
+        """The window's radius; by default far enough that no cell leaves the view."""
         if self.ego_radius is None:
             return max(image_shape[:2]) - 1
         return int(self.ego_radius)
 
     def _check(self, image_shape: tuple[int, int, int]) -> None:
+        if self.ego_radius is not None and (self.ego_channel is None or self.ego_radius < 1):
+            raise PolicyError(
+                f"ego_radius {self.ego_radius} needs an ego_channel to centre on and must be >= 1"
+            )
         if self.ego_channel is not None and not 0 <= self.ego_channel < image_shape[2]:
             raise PolicyError(
                 f"ego_channel {self.ego_channel} is not a channel of a {image_shape[2]}-channel "
@@ -510,14 +516,16 @@ class CNN:
         if int(self.kernel) <= 0 or int(self.stride) <= 0:
             raise PolicyError(f"kernel and stride must be positive: {self.kernel}, {self.stride}")
         side = min(image_shape[:2])
+        seen = f"a {image_shape[0]} x {image_shape[1]} image"
         if self.ego_channel is not None:
             side = 2 * self._radius(image_shape) + 1
+            seen = f"the {side} x {side} centred view"
         for _ in self.channels:
             side = (side - int(self.kernel)) // int(self.stride) + 1
         if side <= 0:
             raise PolicyError(
                 f"{len(self.channels)} conv layer(s) of kernel {self.kernel}, stride {self.stride} "
-                f"do not fit a {image_shape[0]} x {image_shape[1]} image"
+                f"do not fit {seen}"
             )
 
 

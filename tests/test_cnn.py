@@ -177,22 +177,34 @@ def test_centred_view_is_the_window_around_the_agent(row, col, radius):
 
 @pytest.mark.parametrize("channels", [(), (4,)])
 def test_a_centred_policy_sees_the_window_around_the_newest_frames_agent(channels):
-    """The logits are a plain flax call on the window cut by hand around the agent of the
-    newest stacked frame (the older frame's agent stands elsewhere)."""
-    spec = CNN(channels=channels, hidden=(), ego_channel=0, ego_radius=3)
-    _, policy = breakout_policy(spec, deterministic=False, frame_stack=2)
+    """The network's outputs (raw continuous actions, so nothing is sampled away) are a plain
+    flax call on the window cut by hand around the agent of the newest stacked frame, and not
+    on the window around the older frame's agent, which stands elsewhere."""
+    from gymnax.environments.spaces import Box
+
+    spec = CNN(channels=channels, hidden=(), ego_channel=0, ego_radius=3, raw_actions=True)
+    policy = spec.build(2 * 400, Box(-1.0, 1.0, (3,)), obs_shape=(10, 10, 4), frame_stack=2)
     old, new = np.zeros((2, 10, 10, 4), np.float32)
     old[1, 1, 0] = new[6, 8, 0] = 1  # the agent, then and now
-    new[6, 7, 1] = new[2, 2, 3] = old[5, 5, 2] = 1
+    new[6, 7, 1] = new[2, 2, 3] = old[5, 5, 2] = old[1, 2, 1] = 1
     x = jnp.asarray(np.concatenate([old.reshape(-1), new.reshape(-1)]))
     stacked = np.concatenate([old, new], axis=-1)
     for seed in range(3):
         params = policy.init(jax.random.key(seed))
-        expected = reference_logits(params, jnp.asarray(window_by_hand(stacked, 6, 8, 3)))
-        for k in range(10):
-            key = jax.random.key(100 + k)
-            action, _ = policy.apply(params, x, (), key)
-            assert int(action) == int(jax.random.categorical(key, expected))
+        outputs, _ = policy.apply(params, x, (), jax.random.key(0))
+        now = reference_logits(params, jnp.asarray(window_by_hand(stacked, 6, 8, 3)))
+        then = reference_logits(params, jnp.asarray(window_by_hand(stacked, 1, 1, 3)))
+        np.testing.assert_allclose(outputs, now, rtol=1e-5, atol=1e-6)
+        assert not np.allclose(outputs, then, rtol=1e-3, atol=1e-4)
+
+
+def test_the_conv_layers_must_fit_the_centred_view_not_the_image():
+    with pytest.raises(ValueError, match="do not fit the 3 x 3 centred view"):
+        breakout_policy(CNN(channels=(4, 4), ego_channel=0, ego_radius=1))
+    # Five 3 x 3 convs do not fit the 10 x 10 image, but fit the default 19 x 19 view.
+    policy, _ = breakout_policy(CNN(channels=(4,) * 5, hidden=(), ego_channel=0))
+    kernel = policy.init(jax.random.key(0))["params"]["Dense_0"]["kernel"]
+    assert kernel.shape == (9 * 9 * 4, 3)  # 19 - 5 * 2 = 9 cells a side
 
 
 def test_ego_fields_are_checked_in_one_line():
@@ -205,9 +217,13 @@ def test_ego_fields_are_checked_in_one_line():
         ({"ego_channel": 0, "ego_radius": 0}, "ego_radius"),
         ({"ego_radius": 2}, "ego_radius"),
         ({"kind": "mlp", "ego_channel": 0}, "ego_channel"),
+        ({"kind": "lstm", "hidden": [8], "ego_radius": 2}, "ego_radius"),
     ]:
         with pytest.raises(ConfigError, match=rf"policy\.{field}"):
             parse_task(task(**policy), "t")
     with pytest.raises(ValueError, match="not a channel of a 4-channel image") as info:
         PopulationRollout("Breakout-MinAtar", CNN(ego_channel=4), 8)
     assert "\n" not in str(info.value)
+    for spec in [CNN(ego_radius=3), CNN(ego_channel=0, ego_radius=0)]:  # the Python API too
+        with pytest.raises(ValueError, match="needs an ego_channel to centre on"):
+            breakout_policy(spec)
