@@ -112,7 +112,7 @@ def blines_returns(path, angles, speeds, seed: int) -> dict[bool, np.ndarray]:
     return returns
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--angles", type=int, default=512)
     parser.add_argument("--speeds", type=int, default=401)
@@ -126,14 +126,12 @@ def main() -> None:
     parser.add_argument("--which", default="final", choices=("final", "best"))
     parser.add_argument("--run-seeds", type=int, default=1, help="seeds of --run to test: 0..N-1")
     parser.add_argument("--blines", help="gymnax-blines' agents/Pendulum-v1/es.pkl")
-    args = parser.parse_args()
+    return parser.parse_args()
 
-    env, params = make_env("Pendulum-v1")
-    step, max_speed = physics(params)
+
+def check_physics(env, params, step, key) -> None:
+    """The model above must be gymnax's step: checked on random torques from random starts."""
     max_torque = float(params.max_torque)
-
-    # The model above must be gymnax's step: checked on random torques from random starts.
-    key = jax.random.key(args.seed)
     _, state = env.reset(key, params)
     for torque in np.linspace(-max_torque, max_torque, 7):
         _, moved, reward, _, _ = env.step_env(key, state, jnp.array([torque]), params)
@@ -142,13 +140,10 @@ def main() -> None:
                                    rtol=1e-5, atol=1e-5)  # fmt: skip
         state = moved
 
-    started = time.perf_counter()
-    read = grid_reader(args.angles, args.speeds, max_speed)
-    tables = jax.jit(value_tables, static_argnums=(0, 1, 2, 3, 4, 5, 6))(
-        step, read, max_speed, args.angles, args.speeds, args.torques, max_torque
-    )
-    tables.block_until_ready()
-    solved = time.perf_counter() - started
+
+def planned_episode(env, params, step, read, tables):
+    """``episode(key, state=None) -> (return, start angle, start speed)`` of the planner."""
+    max_torque = float(params.max_torque)
     # Step t of an episode looks ahead with the table of EPISODE - t - 1 steps to go.
     lookahead = jnp.concatenate([tables[::-1][1:], jnp.zeros((1, *tables.shape[1:]))])
     choices = jnp.linspace(-max_torque, max_torque, 201)
@@ -167,27 +162,16 @@ def main() -> None:
         _, rewards = jax.lax.scan(act, state, lookahead)
         return rewards.sum(), first.theta, first.theta_dot
 
-    keys = jax.random.split(jax.random.key(args.seed + 1), args.episodes)
-    returns, starts, speeds = map(np.asarray, jax.jit(jax.vmap(episode))(keys))
+    return episode
+
+
+def interval(x: np.ndarray) -> float:
     # Over ~1000 episodes the t quantile is within 0.2 % of the normal 1.96 it used to be.
-    half_width = mean_interval(returns, 0.95)[1]
-    bottom = np.abs(((starts + np.pi) % (2 * np.pi)) - np.pi) > 2.6
-    print(
-        f"grid {args.angles} angles x {args.speeds} speeds, {args.torques} torques "
-        f"(solved in {solved:.1f} s)"
-    )
-    print(
-        f"dynamic-programming controller, {args.episodes} gymnax episodes: "
-        f"{returns.mean():.1f} +- {half_width:.1f} (95 %), std {returns.std(ddof=1):.1f}"
-    )
-    print(
-        f"  starts within 0.54 rad of the bottom: {returns[bottom].mean():.1f} "
-        f"({bottom.sum()} episodes); the others: {returns[~bottom].mean():.1f}"
-    )
+    return mean_interval(x, 0.95)[1]
 
-    def interval(x: np.ndarray) -> float:
-        return mean_interval(x, 0.95)[1]
 
+def compare(args, returns, starts, speeds, bottom) -> None:
+    """gymnax-blines' agent and a run's policies against the planner, on the same starts."""
     compared = {}
     if args.blines:
         published = blines_returns(args.blines, starts, speeds, args.seed)
@@ -218,23 +202,62 @@ def main() -> None:
             print("  largest gaps (angle, speed: optimum / policy): " + "; ".join(
                 f"{starts[i]:+.2f}, {speeds[i]:+.2f}: {returns[i]:.0f} / {theirs[i]:.0f}"
                 for i in worst))  # fmt: skip
+
+
+def print_start_grid(episode, key) -> None:
+    """The planner's return from each start of tools/pendulum_starts.py's grid."""
+    from gymnax.environments.classic_control.pendulum import EnvState
+    from pendulum_starts import ANGLES, SPEEDS
+
+    def from_start(angle, speed):
+        state = EnvState(theta=angle, theta_dot=speed, last_u=jnp.float32(0.0), time=0)
+        return episode(key, state)[0]
+
+    angle, speed = np.meshgrid(ANGLES, SPEEDS, indexing="ij")
+    grid = jax.jit(jax.vmap(from_start))(
+        jnp.asarray(angle.ravel(), jnp.float32), jnp.asarray(speed.ravel(), jnp.float32)
+    )
+    grid = np.asarray(grid).reshape(angle.shape)
+    print("angle \\ speed " + "".join(f"{v:>9.1f}" for v in SPEEDS))
+    for a, row in zip(ANGLES, grid, strict=True):
+        print(f"{a:>+13.2f} " + "".join(f"{r:>9.1f}" for r in row))
+    print(f"mean {grid.mean():.1f}")
+
+
+def main() -> None:
+    args = parse_args()
+    env, params = make_env("Pendulum-v1")
+    step, max_speed = physics(params)
+    key = jax.random.key(args.seed)
+    check_physics(env, params, step, key)
+
+    started = time.perf_counter()
+    read = grid_reader(args.angles, args.speeds, max_speed)
+    tables = jax.jit(value_tables, static_argnums=(0, 1, 2, 3, 4, 5, 6))(
+        step, read, max_speed, args.angles, args.speeds, args.torques, float(params.max_torque)
+    )
+    tables.block_until_ready()
+    solved = time.perf_counter() - started
+    episode = planned_episode(env, params, step, read, tables)
+
+    keys = jax.random.split(jax.random.key(args.seed + 1), args.episodes)
+    returns, starts, speeds = map(np.asarray, jax.jit(jax.vmap(episode))(keys))
+    bottom = np.abs(((starts + np.pi) % (2 * np.pi)) - np.pi) > 2.6
+    print(
+        f"grid {args.angles} angles x {args.speeds} speeds, {args.torques} torques "
+        f"(solved in {solved:.1f} s)"
+    )
+    print(
+        f"dynamic-programming controller, {args.episodes} gymnax episodes: "
+        f"{returns.mean():.1f} +- {interval(returns):.1f} (95 %), std {returns.std(ddof=1):.1f}"
+    )
+    print(
+        f"  starts within 0.54 rad of the bottom: {returns[bottom].mean():.1f} "
+        f"({bottom.sum()} episodes); the others: {returns[~bottom].mean():.1f}"
+    )
+    compare(args, returns, starts, speeds, bottom)
     if args.starts:
-        from gymnax.environments.classic_control.pendulum import EnvState
-        from pendulum_starts import ANGLES, SPEEDS
-
-        def from_start(angle, speed):
-            state = EnvState(theta=angle, theta_dot=speed, last_u=jnp.float32(0.0), time=0)
-            return episode(key, state)[0]
-
-        angle, speed = np.meshgrid(ANGLES, SPEEDS, indexing="ij")
-        grid = jax.jit(jax.vmap(from_start))(
-            jnp.asarray(angle.ravel(), jnp.float32), jnp.asarray(speed.ravel(), jnp.float32)
-        )
-        grid = np.asarray(grid).reshape(angle.shape)
-        print("angle \\ speed " + "".join(f"{v:>9.1f}" for v in SPEEDS))
-        for a, row in zip(ANGLES, grid, strict=True):
-            print(f"{a:>+13.2f} " + "".join(f"{r:>9.1f}" for r in row))
-        print(f"mean {grid.mean():.1f}")
+        print_start_grid(episode, key)
 
 
 if __name__ == "__main__":

@@ -106,7 +106,7 @@ def one_run(popsize, seed, generations, every, threshold, overrides, out):
     }
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--popsize", type=int, nargs="*", default=[2048, 0], help="0 = the preset's default"
@@ -129,85 +129,102 @@ def main() -> None:
         default=None,
         help="time ask/rollout/tell of these presets at popsize 2048 with an MLP 64-64, then exit",
     )
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+def time_strategies(names: list[str]) -> None:
+    """One generation's phases per strategy preset, at popsize 2048 on the same work."""
+    # One episode per member for every strategy, so the rollout column compares; the plain
+    # MLP, as when the table in benchmarks/HISTORY.md was taken (one network pass a step).
+    same_work = [
+        "policy.hidden=[64, 64]",
+        "strategy_settings.rollouts_multiplier=1",
+        "policy.mirror=[]",
+    ]
+    for name in names:
+        p = time_phases(2048, same_work, strategy=name, repeats=3)
+        print(
+            f"{name:>11}: {p['num_dims']} parameters x {p['popsize']}: generation "
+            f"{p['generation']:.3f} s fused; ask {p['ask']:.3f} s, rollout "
+            f"{p['rollout']:.3f} s, tell {p['tell']:.3f} s"
+        )
+
+
+def print_seed(seed: int, threshold: float, result: dict) -> None:
+    at_25m = result["return_25m"]
+    print(
+        f"  seed {seed}: >= {threshold:g} at generation {result['hit_generation']}, "
+        f"{result['hit_steps'] / 1e6:.2f} M steps, {result['hit_wall']:.1f} s; "
+        f"after {result['steps'] / 1e6:.1f} M steps: eval {result['final_eval']:.1f}, "
+        f"test {result['final_test']:.1f} ({result['wall']:.1f} s)"
+        + (f"; at 25 M steps: {at_25m:.1f}" if at_25m is not None else "")
+    )
+
+
+def print_medians(results: list[dict], threshold: float) -> None:
+    med = {
+        key: statistics.median(r[key] for r in results)
+        for key in ("hit_steps", "hit_wall", "final_test")
+    }
+    line = (
+        f"median of {len(results)}: {med['hit_steps'] / 1e6:.2f} M env steps, "
+        f"{med['hit_wall']:.1f} s to reach {threshold:g}; final test return "
+        f"{med['final_test']:.1f}"
+    )
+    at_25m = [r["return_25m"] for r in results if r["return_25m"] is not None]
+    if at_25m:
+        line += f"; return after 25 M steps {statistics.median(at_25m):.1f}"
+    if len(results) > 3:
+        first = statistics.median(r["hit_steps"] for r in results[:3])
+        line += f"; median of seeds 0-2: {first / 1e6:.2f} M env steps"
+    print(line)
+    print(
+        f"reference (gymnax-blines OpenES): -216 at {REFERENCE['steps_to_-216'] / 1e6:.1f} M "
+        f"steps, {REFERENCE['return_at_25.6M']:.0f} at 25.6 M"
+    )
+
+
+def time_to_solve(args: argparse.Namespace, requested: int) -> None:
+    """One popsize (0: the preset's): its phases, then seeds 0 .. N-1 to the threshold."""
+    popsize = requested or None
+    overrides = list(args.overrides)
+    if popsize is not None and popsize >= 2048 and not overrides:
+        overrides = LARGE_POPULATION
+    phases = time_phases(popsize, overrides)
+    print(
+        f"\npopsize {phases['popsize']}, {phases['num_dims']} parameters: one generation "
+        f"{phases['generation'] * 1e3:.1f} ms fused; parts alone: ask "
+        f"{phases['ask'] * 1e3:.1f}, rollout {phases['rollout'] * 1e3:.1f}, tell "
+        f"{phases['tell'] * 1e3:.1f} ms"
+    )
+    if args.phases_only:
+        return
+    steps_per_generation = phases["popsize"] * 200  # Pendulum never terminates early
+    budget = args.steps or (26e6 if phases["popsize"] >= 2048 else 6e6)
+    every = args.every or (1 if phases["popsize"] >= 2048 else 5)
+    if overrides:
+        print(f"  settings: {' '.join(overrides)}")
+    generations = max(1, math.ceil(budget / steps_per_generation))
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in range(args.seeds):
+            result = one_run(
+                popsize, seed, generations, every, args.threshold, overrides,
+                Path(tmp) / f"seed{seed}",
+            )  # fmt: skip
+            results.append(result)
+            print_seed(seed, args.threshold, result)
+    print_medians(results, args.threshold)
+
+
+def main() -> None:
+    args = parse_args()
     print(f"devices: {jax.devices()}")
     if args.strategies is not None:
-        # One episode per member for every strategy, so the rollout column compares; the plain
-        # MLP, as when the table in benchmarks/HISTORY.md was taken (one network pass a step).
-        same_work = [
-            "policy.hidden=[64, 64]",
-            "strategy_settings.rollouts_multiplier=1",
-            "policy.mirror=[]",
-        ]
-        for name in args.strategies:
-            p = time_phases(2048, same_work, strategy=name, repeats=3)
-            print(
-                f"{name:>11}: {p['num_dims']} parameters x {p['popsize']}: generation "
-                f"{p['generation']:.3f} s fused; ask {p['ask']:.3f} s, rollout "
-                f"{p['rollout']:.3f} s, tell {p['tell']:.3f} s"
-            )
+        time_strategies(args.strategies)
         return
     for requested in args.popsize:
-        popsize = requested or None
-        overrides = list(args.overrides)
-        if popsize is not None and popsize >= 2048 and not overrides:
-            overrides = LARGE_POPULATION
-        phases = time_phases(popsize, overrides)
-        print(
-            f"\npopsize {phases['popsize']}, {phases['num_dims']} parameters: one generation "
-            f"{phases['generation'] * 1e3:.1f} ms fused; parts alone: ask "
-            f"{phases['ask'] * 1e3:.1f}, rollout {phases['rollout'] * 1e3:.1f}, tell "
-            f"{phases['tell'] * 1e3:.1f} ms"
-        )
-        if args.phases_only:
-            continue
-        steps_per_generation = phases["popsize"] * 200  # Pendulum never terminates early
-        budget = args.steps or (26e6 if phases["popsize"] >= 2048 else 6e6)
-        every = args.every or (1 if phases["popsize"] >= 2048 else 5)
-        if overrides:
-            print(f"  settings: {' '.join(overrides)}")
-        generations = max(1, math.ceil(budget / steps_per_generation))
-        results = []
-        with tempfile.TemporaryDirectory() as tmp:
-            for seed in range(args.seeds):
-                result = one_run(
-                    popsize, seed, generations, every, args.threshold, overrides,
-                    Path(tmp) / f"seed{seed}",
-                )  # fmt: skip
-                results.append(result)
-                print(
-                    f"  seed {seed}: >= {args.threshold:g} at generation "
-                    f"{result['hit_generation']}, "
-                    f"{result['hit_steps'] / 1e6:.2f} M steps, {result['hit_wall']:.1f} s; "
-                    f"after {result['steps'] / 1e6:.1f} M steps: eval {result['final_eval']:.1f}, "
-                    f"test {result['final_test']:.1f} ({result['wall']:.1f} s)"
-                    + (
-                        f"; at 25 M steps: {result['return_25m']:.1f}"
-                        if result["return_25m"] is not None
-                        else ""
-                    )
-                )
-        med = {
-            key: statistics.median(r[key] for r in results)
-            for key in ("hit_steps", "hit_wall", "final_test")
-        }
-        line = (
-            f"median of {args.seeds}: {med['hit_steps'] / 1e6:.2f} M env steps, "
-            f"{med['hit_wall']:.1f} s to reach {args.threshold:g}; final test return "
-            f"{med['final_test']:.1f}"
-        )
-        at_25m = [r["return_25m"] for r in results if r["return_25m"] is not None]
-        if at_25m:
-            line += f"; return after 25 M steps {statistics.median(at_25m):.1f}"
-        if args.seeds > 3:
-            first = statistics.median(r["hit_steps"] for r in results[:3])
-            line += f"; median of seeds 0-2: {first / 1e6:.2f} M env steps"
-        print(line)
-        print(
-            f"reference (gymnax-blines OpenES): -216 at {REFERENCE['steps_to_-216'] / 1e6:.1f} M "
-            f"steps, {REFERENCE['return_at_25.6M']:.0f} at 25.6 M"
-        )
+        time_to_solve(args, requested)
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ def variants(params: str) -> dict[str, list[str]]:
     }
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", choices=sorted(TASKS), default="sign")
     parser.add_argument("--out", type=Path, default=None)
@@ -83,83 +83,118 @@ def main() -> None:
         help="print the tables of a stored results JSON (adds the analytic reference)",
     )
     args = parser.parse_args()
-
-    preset, splits, params = TASKS[args.task]
-    if args.from_results is not None:
-        tables_from_results(args.from_results, preset, args.episodes)
-        return
     if args.generations is None:
         args.generations = GENERATIONS[args.task]
-    out = args.out or REPO / "runs" / f"meta-{args.task}"
-    # The tables were measured on raw observations with a plain LSTM; pendulum-sign's preset
-    # now scales them and mirrors its policy.
-    overrides = ["normalize_obs=false", "policy.mirror=[]"]
+    args.out = args.out or REPO / "runs" / f"meta-{args.task}"
     if args.tiny:
         args.popsize, args.generations, args.episodes, args.seeds = 16, 3, 8, 2
-        overrides += ["episode_length=20", "evaluation.every=1", "evaluation.episodes=4"]
+    return args
+
+
+def chosen_variants(args: argparse.Namespace, params: str) -> dict[str, list[str]]:
+    """The variants this call trains (or, with ``--eval-only``, re-tests), with their overrides."""
     chosen = variants(params)
     if args.tiny:
         chosen = {k: v for k, v in chosen.items() if k != "mlp_stack4"}
     if args.only:
         chosen = {k: v for k, v in chosen.items() if k in args.only}
     if args.eval_only:
-        chosen = {k: v for k, v in chosen.items() if (out / k).is_dir()}
+        chosen = {k: v for k, v in chosen.items() if (args.out / k).is_dir()}
+    return chosen
 
-    results: dict = {"task": preset, "splits": splits, "runs": {}}
-    previous = out / "results.json"
-    if previous.exists():
-        results["runs"] = json.loads(previous.read_text())["runs"]
-    for name, extra in chosen.items():
-        run_dir = out / name
-        record = results["runs"].setdefault(name, {})
-        if not args.eval_only:
-            start = time.perf_counter()
-            evolve(
-                REPO / "tasks" / preset,
-                popsize=args.popsize,
-                generations=args.generations,
-                rollouts=2 if args.tiny else None,
-                seed=args.first_seed,
-                seeds=args.seeds,
-                out=run_dir,
-                overwrite=True,
-                overrides=[*overrides, *extra],
-            )
-            record["wall_s"] = time.perf_counter() - start
-            record["budget"] = f"popsize {args.popsize}, {args.generations} generations"
-            record["seeds"] = list(range(args.first_seed, args.first_seed + args.seeds))
-        for split in splits:
-            record[split] = seed_means(run_dir, args.episodes, split)
-            if name == "lstm":
-                record[f"{split}_lesion"] = seed_means(run_dir, args.episodes, split, lesion=True)
-            if name == "mlp_oracle":
-                record[f"{split}_zero"] = seed_means(run_dir, args.episodes, split, zero=True)
-        print(name, {k: v for k, v in record.items()}, flush=True)
-    if chosen:  # the analytic controller on the test episodes of every seed of these runs
-        run_dir = out / next(iter(chosen))
-        trained = results["runs"][next(iter(chosen))]
-        reference = results["runs"].setdefault(ANALYTIC, {})
-        reference.update(budget=ANALYTIC, seeds=_seed_ids(trained), episodes=args.episodes)
-        for split in splits:
-            reference[split] = seed_means(run_dir, args.episodes, split, baseline="analytic")
-            reference[f"{split}_zero"] = seed_means(run_dir, args.episodes, split, baseline="zero")
-        print(ANALYTIC, reference, flush=True)
 
-    out.mkdir(parents=True, exist_ok=True)
-    previous.write_text(json.dumps(results, indent=1))
+def common_overrides(args: argparse.Namespace) -> list[str]:
+    # The tables were measured on raw observations with a plain LSTM; pendulum-sign's preset
+    # now scales them and mirrors its policy.
+    overrides = ["normalize_obs=false", "policy.mirror=[]"]
+    if args.tiny:
+        overrides += ["episode_length=20", "evaluation.every=1", "evaluation.episodes=4"]
+    return overrides
+
+
+def train_and_test(
+    args: argparse.Namespace, preset: str, splits: list[str], name: str, extra: list[str]
+) -> dict:
+    """One variant's per-seed test returns on every split (trained first unless --eval-only)."""
+    run_dir = args.out / name
+    record: dict = {}
+    if not args.eval_only:
+        start = time.perf_counter()
+        evolve(
+            REPO / "tasks" / preset,
+            popsize=args.popsize,
+            generations=args.generations,
+            rollouts=2 if args.tiny else None,
+            seed=args.first_seed,
+            seeds=args.seeds,
+            out=run_dir,
+            overwrite=True,
+            overrides=[*common_overrides(args), *extra],
+        )
+        record["wall_s"] = time.perf_counter() - start
+        record["budget"] = f"popsize {args.popsize}, {args.generations} generations"
+        record["seeds"] = list(range(args.first_seed, args.first_seed + args.seeds))
+    for split in splits:
+        record[split] = seed_means(run_dir, args.episodes, split)
+        if name == "lstm":
+            record[f"{split}_lesion"] = seed_means(run_dir, args.episodes, split, lesion=True)
+        if name == "mlp_oracle":
+            record[f"{split}_zero"] = seed_means(run_dir, args.episodes, split, zero=True)
+    return record
+
+
+def reference_record(run_dir: Path, seeds: list[int], splits: list[str], episodes: int) -> dict:
+    """The analytic controller and the zero action on the test episodes of every seed of a run."""
+    reference: dict = {"budget": ANALYTIC, "seeds": seeds, "episodes": episodes}
+    for split in splits:
+        reference[split] = seed_means(run_dir, episodes, split, baseline="analytic")
+        reference[f"{split}_zero"] = seed_means(run_dir, episodes, split, baseline="zero")
+    return reference
+
+
+def merged_results(args: argparse.Namespace, results: dict) -> dict:
+    """``results`` with the per-seed results of every ``--merge`` folder joined in."""
     for other in args.merge:
         if not (other / "results.json").is_file():
-            parser.error(f"--merge {other}: no results.json there")
+            raise SystemExit(f"--merge {other}: no results.json there")
         try:
             results = merge_seeds(results, json.loads((other / "results.json").read_text()))
         except ValueError as err:
-            parser.error(f"--merge {other}: {err}")
+            raise SystemExit(f"--merge {other}: {err}") from None
     if args.merge:
-        (out / "merged.json").write_text(json.dumps(results, indent=1))
+        (args.out / "merged.json").write_text(json.dumps(results, indent=1))
+    return results
+
+
+def main() -> None:
+    args = parse_args()
+    preset, splits, params = TASKS[args.task]
+    if args.from_results is not None:
+        tables_from_results(args.from_results, preset, args.episodes)
+        return
+    chosen = chosen_variants(args, params)
+    results: dict = {"task": preset, "splits": splits, "runs": {}}
+    previous = args.out / "results.json"
+    if previous.exists():
+        results["runs"] = json.loads(previous.read_text())["runs"]
+    for name, extra in chosen.items():
+        record = results["runs"].setdefault(name, {})
+        record.update(train_and_test(args, preset, splits, name, extra))
+        print(name, dict(record), flush=True)
+    if chosen:
+        first = next(iter(chosen))
+        seeds = _seed_ids(results["runs"][first])
+        reference = results["runs"].setdefault(ANALYTIC, {})
+        reference.update(reference_record(args.out / first, seeds, splits, args.episodes))
+        print(ANALYTIC, reference, flush=True)
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    previous.write_text(json.dumps(results, indent=1))
+    results = merged_results(args, results)
     table = all_tables(results)
-    (out / "table.md").write_text(table)
+    (args.out / "table.md").write_text(table)
     print(table)
-    plot_scores(results, out / "scores.png")
+    plot_scores(results, args.out / "scores.png")
 
 
 def tables_from_results(path: Path, preset: str, episodes: int) -> None:
