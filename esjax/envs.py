@@ -20,14 +20,16 @@ Observations may have any shape; the rollout flattens them to one float32 vector
 ends at the env's own termination, or at its truncation, or after the task's
 ``episode_length`` steps, whichever comes first; esjax masks every step after the end, so
 whatever the env returns there (an auto-reset, NaN rewards) never counts. A task without
-``episode_length`` takes the params' ``max_steps_in_episode``.
+``episode_length`` takes the params' ``max_steps_in_episode`` (params without one need it).
 
 **Env names.** A task's ``env`` is one of
 
 - a gymnax id (``"CartPole-v1"``);
 - ``"package.module:factory"`` or ``"path/to/file.py:factory"``: a user's env, without
   installing or registering anything. ``factory(**env_kwargs)`` returns an env object or
-  ``(env, default_params)``; a relative file path is read from the working directory;
+  ``(env, default_params)``. A module is imported as Python would, then from the working
+  directory; a relative file path is read beside the task file, else from the working
+  directory;
 - ``"SUITE:NAME"`` for an adapted suite of :mod:`esjax.suites` (``"navix:Navix-Empty-5x5-v0"``),
   imported only when named.
 """
@@ -130,7 +132,10 @@ def _gymnax_env(env_id: str, kwargs: dict) -> tuple[Any, Any]:
             f"gymnax does not know env id {env_id!r}{suggest(env_id, gymnax.registered_envs)}; "
             "a user's env is 'module:factory' or 'file.py:factory'"
         )
-    return gymnax.make(env_id, **kwargs)
+    try:
+        return gymnax.make(env_id, **kwargs)
+    except TypeError as error:  # an env_kwargs key the env's constructor does not take
+        raise ConfigError(f"{env_id}: cannot make it with env_kwargs {kwargs}: {error}") from None
 
 
 def check_env(made: Any, name: str) -> tuple[Any, Any]:
@@ -169,7 +174,7 @@ def _load_factory(source: str, attribute: str, name: str) -> Any:
         module = _load_file(Path(source), name)
     else:
         try:
-            module = importlib.import_module(source)
+            module = _import_module(source)
         except ModuleNotFoundError as error:
             hint = suggest(source, list(SUITES)) or f"; adapted suites: {', '.join(SUITES)}"
             raise ConfigError(f"{name!r}: no module named {error.name!r}{hint}") from None
@@ -184,6 +189,23 @@ def _load_factory(source: str, attribute: str, name: str) -> Any:
     if not callable(found):
         raise ConfigError(f"{name!r}: {attribute} is a {type(found).__name__}, not a factory")
     return found
+
+
+def _import_module(source: str) -> types.ModuleType:
+    """``import source``, searching the working directory last when nothing else has it.
+
+    ``python -m esjax`` puts the working directory on ``sys.path`` and the ``esjax`` script does
+    not, so a module beside the user would be found by one and not the other.
+    """
+    try:
+        return importlib.import_module(source)
+    except ModuleNotFoundError as error:
+        top = source.split(".")[0]
+        here = str(Path.cwd())
+        if error.name != top or here in sys.path or "" in sys.path:
+            raise
+        sys.path.append(here)
+        return importlib.import_module(source)
 
 
 def _load_file(path: Path, name: str) -> types.ModuleType:

@@ -87,7 +87,13 @@ def make_navix(name: str, kwargs: dict[str, Any]) -> tuple[Any, Any]:
 
     if name not in navix.registry():
         raise ConfigError(f"navix has no env {name!r}; its envs: {', '.join(navix.registry())}")
-    env = NavixEnv(navix.make(name, **kwargs))
+    try:
+        made = navix.make(name, **kwargs)
+    except TypeError as error:  # an env_kwargs key the env's constructor does not take
+        raise ConfigError(
+            f"navix:{name}: cannot make it with env_kwargs {kwargs}: {error}"
+        ) from None
+    env = NavixEnv(made)
     return env, env.default_params
 
 

@@ -210,6 +210,11 @@ def check_task(config: TaskConfig, source: str = "task") -> None:
         env, default_params = make_env(config.env, config.env_kwargs)
     except ConfigError as error:
         raise ConfigError(f"{source}: env: {error}") from None
+    if config.episode_length is None and not hasattr(default_params, "max_steps_in_episode"):
+        raise ConfigError(
+            f"{source}: episode_length: {config.env}'s params have no max_steps_in_episode to "
+            "take it from; set episode_length in the task"
+        )
     discrete = is_discrete(env.action_space(default_params))
     check_param_types(config.env_params, default_params, source)
     try:

@@ -26,6 +26,7 @@ from esjax.policies import MLP
 from esjax.presets import load_task
 from esjax.rollout import PopulationRollout
 from esjax.suites import SUITES, is_installed
+from esjax.tasks import check_task
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = f"{REPO}/examples/custom_env.py:make_env"
@@ -189,3 +190,44 @@ def test_a_task_files_env_file_is_read_beside_it_from_any_directory(tmp_path, mo
     elsewhere = tmp_path / "elsewhere.toml"
     elsewhere.write_text('env = "missing.py:make_env"\nepisode_length = 10\n')
     assert load_task(elsewhere)[1].env == "missing.py:make_env"  # left for make_env to name
+
+
+def test_a_module_in_the_working_directory_is_found_without_python_m(tmp_path, monkeypatch):
+    """The ``esjax`` script, unlike ``python -m esjax``, has no working directory on sys.path:
+    ``module:factory`` for a module beside the user is searched for there too."""
+    (tmp_path / "beside_me_envs.py").write_text((REPO / "examples" / "custom_env.py").read_text())
+    monkeypatch.chdir(tmp_path)
+    here = {"", str(tmp_path), os.getcwd()}
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in here])
+    monkeypatch.delitem(sys.modules, "beside_me_envs", raising=False)
+    env, params = make_env("beside_me_envs:make_env", {"friction": 0.3})
+    assert type(env).__name__ == "PointMass" and float(params.friction) == 0.3
+    with pytest.raises(ConfigError, match="no module named 'nowhere_envs'"):
+        make_env("nowhere_envs:make")
+
+
+@pytest.mark.parametrize(
+    "env", ["CartPole-v1", pytest.param("navix:Navix-Empty-5x5-v0", id="navix")]
+)
+def test_an_env_kwargs_key_the_env_does_not_take_is_one_line(env):
+    if env.startswith("navix") and not is_installed(SUITES["navix"]):
+        pytest.skip('navix is not installed (pip install "esjax[navix]")')
+    with pytest.raises(ConfigError, match=r"^[^\n]*$") as error:
+        make_env(env, {"no_such_option": 5})
+    assert "env_kwargs {'no_such_option': 5}" in str(error.value)
+    assert "no_such_option" in str(error.value).split(":", 2)[-1]
+
+
+def test_an_env_without_a_time_limit_needs_episode_length(tmp_path):
+    """Params without ``max_steps_in_episode`` leave no episode length to default to."""
+    path = tmp_path / "no_limit_env.py"
+    source = (REPO / "examples" / "custom_env.py").read_text()
+    # The example's params, less the field the default episode length is read from.
+    path.write_text(source + "\n\n@struct.dataclass\nclass Unbounded:\n"
+                    "    dt: float = 0.1\n    friction: float = 0.1\n    tolerance: float = 0.05\n"
+                    "\ndef make_unbounded():\n"
+                    "    return PointMass(Unbounded()), Unbounded()\n")  # fmt: skip
+    task = parse_task({"env": f"{path}:make_unbounded"}, "t.toml")
+    with pytest.raises(ConfigError, match=r"t.toml: episode_length: .* set episode_length"):
+        check_task(task, "t.toml")
+    check_task(parse_task({"env": f"{path}:make_unbounded", "episode_length": 20}, "t"), "t")
