@@ -1,4 +1,4 @@
-"""What every suite adapter shares: the spaces it reports, its params, its observation vector.
+"""What every suite adapter shares: the spaces it reports, its params, what its policy sees.
 
 A module of its own, below :mod:`esjax.suites` and the ``esjax.suite_*`` adapters: the registry
 imports each adapter module, and the adapters need these, so they cannot live in the registry.
@@ -22,7 +22,7 @@ import os
 import sys
 import traceback
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,9 +95,24 @@ class BoxSpace:
     dtype: Any = jnp.float32
 
 
-def flat_observation(obs: Any) -> jax.Array:
-    """Every leaf of an observation pytree, raveled and joined into one float32 vector."""
+# The entry of a dict observation that is the policy's (Brax training's ``policy_obs_key``):
+# MuJoCo Playground's locomotion envs put the critic's noise-free extras beside it.
+POLICY_OBS_KEY = "state"
+
+
+def policy_observation(obs: Any) -> jax.Array:
+    """What the policy sees of a suite's observation, as one float32 array.
+
+    A dict with a ``"state"`` entry gives that entry alone (its ``privileged_state`` is for a
+    critic, as Brax's and Playground's own trainers use it). One array keeps its shape, so an
+    image stays an image for a CNN (the rollout flattens it for an MLP). Any other pytree has
+    its leaves raveled and joined into one vector, in ``jax.tree.leaves`` order.
+    """
+    if isinstance(obs, Mapping) and POLICY_OBS_KEY in obs:
+        obs = obs[POLICY_OBS_KEY]
     leaves = jax.tree.leaves(obs)
+    if len(leaves) == 1:
+        return jnp.asarray(leaves[0], jnp.float32)
     return jnp.concatenate([jnp.ravel(jnp.asarray(leaf, jnp.float32)) for leaf in leaves])
 
 
@@ -143,11 +158,11 @@ class StateEnv:
 
     def reset(self, key: jax.Array, params: Any) -> tuple[jax.Array, Any]:
         state = self.env.reset(key)
-        return flat_observation(state.obs), state
+        return policy_observation(state.obs), state
 
     def step(self, key: jax.Array, state: Any, action: jax.Array, params: Any) -> tuple:
         state = self.env.step(state, action)
-        return (flat_observation(state.obs), state, jnp.asarray(state.reward, jnp.float32),
+        return (policy_observation(state.obs), state, jnp.asarray(state.reward, jnp.float32),
                 state.done > 0, jnp.asarray(False), {})  # fmt: skip
 
     def action_space(self, params: Any) -> BoxSpace:

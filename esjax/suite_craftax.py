@@ -14,8 +14,9 @@ here; esjax masks the steps after an episode's end instead, so the adapter makes
 Craftax, which draws its mobs and world changes from it. Craftax's params sit inside
 :class:`~esjax.suite_base.WrappedParams`; the other ``env_kwargs`` replace their fields
 (``max_timesteps``, ``day_length``, ...). Symbolic observations are float32 vectors already;
-pixel ones are flattened. ``esjax render`` draws a state with Craftax's own pixel renderer
-(``render_craftax_pixels``, Classic's or full Craftax's), at its image block size.
+pixel ones stay images (an MLP sees them flattened). ``esjax render`` draws a state with
+Craftax's own pixel renderer (``render_craftax_pixels``, Classic's or full Craftax's), at its
+image block size.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from esjax.suite_base import (
     Renderer,
     WrappedParams,
     each,
-    flat_observation,
+    policy_observation,
     replace_fields,
 )
 
@@ -59,7 +60,7 @@ class CraftaxEnv:
 
     def reset(self, key: jax.Array, params: WrappedParams) -> tuple[jax.Array, Any]:
         obs, state = self.env.reset(key, params.suite)
-        return flat_observation(obs), state
+        return policy_observation(obs), state
 
     def step(self, key: jax.Array, state: Any, action: jax.Array, params: WrappedParams) -> tuple:
         # From the state stepped from: with auto-reset on, the state returned is the next
@@ -69,7 +70,7 @@ class CraftaxEnv:
         truncated = jnp.logical_and(done, at_the_limit)
         terminated = jnp.logical_and(done, jnp.logical_not(at_the_limit))
         reward = jnp.asarray(reward, jnp.float32)
-        return flat_observation(obs), state, reward, terminated, truncated, {}
+        return policy_observation(obs), state, reward, terminated, truncated, {}
 
     def action_space(self, params: Any) -> DiscreteSpace:
         return DiscreteSpace(self._num_actions)

@@ -33,7 +33,7 @@ from esjax.suite_base import (
     Renderer,
     SuiteParams,
     each,
-    flat_observation,
+    policy_observation,
     timestep_outcome,
 )
 
@@ -55,12 +55,12 @@ class JumanjiEnv:
 
     def reset(self, key: jax.Array, params: Any) -> tuple[jax.Array, Any]:
         state, timestep = self.env.reset(key)
-        return flat_observation(timestep.observation), state
+        return policy_observation(timestep.observation), state
 
     def step(self, key: jax.Array, state: Any, action: jax.Array, params: Any) -> tuple:
         state, timestep = self.env.step(state, action)
         reward, terminated, truncated = timestep_outcome(timestep)
-        return flat_observation(timestep.observation), state, reward, terminated, truncated, {}
+        return policy_observation(timestep.observation), state, reward, terminated, truncated, {}
 
     def action_space(self, params: Any) -> DiscreteSpace:
         return DiscreteSpace(self._num_actions)

@@ -4,7 +4,9 @@ Playground steps a ``State`` (``env.step(state, action)``) that carries the simu
 the observation, the reward and a float ``done``. The adapter reads them as they are and
 adds nothing on top: none of Playground's training wrappers (episode limit, auto-reset,
 vmapping) is used, because esjax truncates an episode at the task's ``episode_length`` and
-masks every step after the end itself.
+masks every step after the end itself. Where the observation is a dict (the locomotion envs),
+the policy sees its ``"state"`` entry, as with Playground's own trainers; ``privileged_state``
+is for a critic.
 
 **Options.** A task's ``[env_kwargs]`` overrides the env's own config (Playground's
 ``config_overrides``): ``impl``, ``ctrl_dt``, ``episode_length``, ... by name, a nested value

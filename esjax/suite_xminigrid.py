@@ -6,7 +6,8 @@ xminigrid's params inside :class:`~esjax.suite_base.WrappedParams`. An episode's
 xminigrid's ``step_type`` LAST; a discount of 0 marks termination (the goal reached), any
 other a truncation (``max_steps``). xminigrid draws its randomness from a key inside the
 state, at reset, so the step key is not used. Its observation (a ``uint8`` grid of the
-agent's view) becomes one float32 vector. ``esjax render`` draws a timestep with xminigrid's
+agent's view) becomes a float32 grid of the same shape (an MLP sees it flattened, a CNN as an
+image). ``esjax render`` draws a timestep with xminigrid's
 own ``env.render`` (its RGB mode, whatever ``render_mode`` the task sets).
 """
 
@@ -24,7 +25,7 @@ from esjax.suite_base import (
     Renderer,
     WrappedParams,
     each,
-    flat_observation,
+    policy_observation,
     replace_fields,
     timestep_outcome,
 )
@@ -43,12 +44,12 @@ class XMiniGridEnv:
 
     def reset(self, key: jax.Array, params: WrappedParams) -> tuple[jax.Array, Any]:
         timestep = self.env.reset(params.suite, key)
-        return flat_observation(timestep.observation), timestep
+        return policy_observation(timestep.observation), timestep
 
     def step(self, key: jax.Array, state: Any, action: jax.Array, params: WrappedParams) -> tuple:
         timestep = self.env.step(params.suite, state, action)
         reward, terminated, truncated = timestep_outcome(timestep)
-        return flat_observation(timestep.observation), timestep, reward, terminated, truncated, {}
+        return policy_observation(timestep.observation), timestep, reward, terminated, truncated, {}
 
     def action_space(self, params: Any) -> DiscreteSpace:
         return DiscreteSpace(self._num_actions)

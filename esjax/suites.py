@@ -3,9 +3,11 @@
 Each suite is an optional extra (``pip install "esjax[navix]"``); its package is imported only
 when a task names it, so a missing suite costs nothing until then and is one line naming the
 extra. An adapter does the conversions once, at the env's edge: a suite's own step API becomes
-the six-value gymnax step of :mod:`esjax.envs`, its observations (arrays or pytrees) become one
-float32 vector, and its own termination and truncation are reported apart, so an episode ends
-on either (and on esjax's ``episode_length``) and every later step is masked.
+the six-value gymnax step of :mod:`esjax.envs`, its observations become one float32 array (an
+array keeps its shape, a pytree's leaves are joined into a vector:
+:func:`~esjax.suite_base.policy_observation`), and its own termination and truncation are
+reported apart, so an episode ends on either (and on esjax's ``episode_length``) and every
+later step is masked.
 
 This module holds the registry and the navix adapter; the other adapters are modules of their
 own (``esjax.suite_xminigrid``, ``esjax.suite_jumanji``, ``esjax.suite_craftax``), each
@@ -29,7 +31,7 @@ from esjax.suite_base import (
     Renderer,
     SuiteParams,
     each,
-    flat_observation,
+    policy_observation,
 )
 from esjax.suite_brax import make_brax
 from esjax.suite_craftax import make_craftax
@@ -58,11 +60,11 @@ class NavixEnv:
 
     def reset(self, key: jax.Array, params: Any) -> tuple[jax.Array, Any]:
         timestep = self.env.reset(key)
-        return flat_observation(timestep.observation), timestep
+        return policy_observation(timestep.observation), timestep
 
     def step(self, key: jax.Array, state: Any, action: jax.Array, params: Any) -> tuple:
         timestep = self.env.step(state, action)
-        return (flat_observation(timestep.observation), timestep,
+        return (policy_observation(timestep.observation), timestep,
                 jnp.asarray(timestep.reward, jnp.float32), timestep.is_termination(),
                 timestep.is_truncation(), {})  # fmt: skip
 

@@ -29,7 +29,7 @@ from esjax.episode import episode_keys
 from esjax.evolve import resolve_config
 from esjax.render import play_episode
 from esjax.saved import SavedPolicy
-from esjax.suite_base import check_mujoco_gl, default_mujoco_gl, flat_observation
+from esjax.suite_base import check_mujoco_gl, default_mujoco_gl, policy_observation
 
 REPO = Path(__file__).resolve().parents[1]
 # Too few for any of these envs to end the episode: navix's and xminigrid's goals are 5 and 11
@@ -210,7 +210,7 @@ def test_render_plays_the_rollouts_episode_on_a_suite(tmp_path):
     states, returns = play_episode(saved.controller(), env, params, key, STEPS)
     valid = np.asarray(result.trajectory.valid)
     assert len(states) == valid.sum() + 1 == STEPS + 1
-    seen = [np.asarray(flat_observation(state.observation)) for state in states[:-1]]
+    seen = [np.ravel(policy_observation(state.observation)) for state in states[:-1]]
     np.testing.assert_array_equal(np.stack(seen), np.asarray(result.trajectory.obs)[valid])
     assert returns[-1] == pytest.approx(float(result.returns))
     actions = np.asarray(result.trajectory.action)[valid]

@@ -6,13 +6,14 @@ Skipped, naming the extra, where xminigrid is not installed.
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from esjax.config import ConfigError
 from esjax.envs import make_env
 from esjax.episode import episode_keys, step_keys
-from esjax.policies import MLP
+from esjax.policies import CNN, MLP
 from esjax.rollout import PopulationRollout
 
 ENV = "MiniGrid-Empty-8x8"
@@ -68,7 +69,7 @@ def test_a_fixed_action_sequence_ends_as_in_xminigrid(xminigrid, max_steps, ends
     for action in TO_THE_GOAL:
         obs, state, reward, terminated, truncated, _ = step(key, state, action, params)
         timestep = own_step(env_params, timestep, action)
-        np.testing.assert_array_equal(obs, np.asarray(timestep.observation, np.float32).ravel())
+        np.testing.assert_array_equal(obs, np.asarray(timestep.observation, np.float32))
         assert float(reward) == float(timestep.reward)
         if bool(timestep.last()):
             break
@@ -83,3 +84,31 @@ def test_an_unknown_env_kwarg_is_one_line_naming_the_params(xminigrid):
         make_env(f"xminigrid:{ENV}", {"max_step": 5})
     with pytest.raises(ConfigError, match="xminigrid has no env 'Empty'"):
         make_env("xminigrid:Empty", {})
+
+
+def test_a_cnn_reads_the_grid_as_an_image(xminigrid):
+    """The adapter keeps xminigrid's grid an image, so a CNN policy takes it: greedy actions
+    and returns equal a plain loop over xminigrid's step with the conv net written out."""
+    from test_cnn import reference_logits
+
+    steps = 12
+    rollout = PopulationRollout(f"xminigrid:{ENV}", CNN(channels=(4,), hidden=(8,)), steps)
+    env, env_params = xminigrid.make(ENV)
+    timestep = env.reset(env_params, jax.random.key(0))
+    assert rollout.obs_shape == timestep.observation.shape and len(rollout.obs_shape) == 3
+    params = rollout.init_params(jax.random.key(3))
+    key = jax.random.key(4)
+    result = rollout.single(key, params, trajectory=True)
+
+    _, k_reset, _ = episode_keys(key)
+    timestep = env.reset(env_params, k_reset)
+    step, logits_of = jax.jit(env.step), jax.jit(reference_logits)
+    total = 0.0
+    for t in range(steps):
+        action = int(jnp.argmax(logits_of(params, jnp.asarray(timestep.observation, jnp.float32))))
+        assert int(result.trajectory.action[t]) == action
+        timestep = step(env_params, timestep, action)
+        total += float(timestep.reward)
+        if bool(timestep.last()):
+            break
+    np.testing.assert_allclose(float(result.returns), total, rtol=1e-6)

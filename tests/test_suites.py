@@ -97,3 +97,43 @@ def test_timestep_outcome_tells_termination_from_truncation():
         reward, terminated, truncated = timestep_outcome(step(last, discount))
         assert (bool(terminated), bool(truncated)) == expected
         assert reward.dtype == jnp.float32 and float(reward) == 1.5
+
+
+def test_what_a_policy_sees_of_a_suites_observation():
+    """A dict's ``state`` entry alone; one array with its shape; other pytrees joined in order."""
+    from esjax.suite_base import policy_observation
+
+    state = jnp.arange(3.0)
+    privileged = jnp.arange(10.0, 17.0)
+    np.testing.assert_array_equal(
+        policy_observation({"privileged_state": privileged, "state": state}), state
+    )
+    image = jnp.arange(24, dtype=jnp.uint8).reshape(2, 3, 4)
+    seen = policy_observation(image)
+    assert seen.shape == (2, 3, 4) and seen.dtype == jnp.float32
+    np.testing.assert_array_equal(seen, np.asarray(image, np.float32))
+    grid, count = np.ones((2, 2), np.int32), np.int32(5)
+    joined = policy_observation({"grid": grid, "steps": count})
+    np.testing.assert_array_equal(joined, np.array([1, 1, 1, 1, 5], np.float32))
+
+
+def test_a_dict_observation_gives_the_policy_its_state_entry():
+    """Playground's locomotion envs: ``obs = {"state", "privileged_state"}``; the policy sees
+    the state (Playground's own trainers' ``policy_obs_key``), not the critic's extras."""
+    from esjax.suite_base import StateEnv
+
+    class Legged:
+        action_size = 1
+
+        def reset(self, key):
+            obs = {"state": jnp.ones(4), "privileged_state": jnp.full(9, 7.0)}
+            return types.SimpleNamespace(obs=obs, reward=0.0, done=0.0)
+
+        def step(self, state, action):
+            return state
+
+    env = StateEnv(Legged(), episode_length=5)
+    assert env.observation_space(None).shape == (4,)
+    obs, state = env.reset(jax.random.key(0), None)
+    np.testing.assert_array_equal(obs, np.ones(4, np.float32))
+    np.testing.assert_array_equal(env.step(None, state, jnp.zeros(1), None)[0], obs)
