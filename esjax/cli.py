@@ -17,7 +17,7 @@ import typer
 from esjax import cache, tables, terminal
 from esjax.config import BASELINES, ConfigError
 from esjax.progress import ProgressReport, SweepProgress
-from esjax.terminal import EXIT_INTERRUPTED, check_run_dir, console, exit_stopped, handles_errors
+from esjax.terminal import check_run_dir, console, exit_stopped, handles_errors
 
 
 def _library(
@@ -518,7 +518,7 @@ def sweep(
                 on_configuration=progress.announce,
             )
     except lib.SweepInterrupted as stop:
-        exit_stopped(str(stop), EXIT_INTERRUPTED, lib.compiling_in_background())
+        exit_stopped(str(stop), stop.exit_code, lib.compiling_in_background())
     tables.show_sweep(console, record, lib.sweep_rows(record), out_dir)
 
 

@@ -272,7 +272,7 @@ def evolve(
     if resume:
         if out is None:
             raise ConfigError("resume needs the run directory (out=...)")
-        given = (task, strategy, popsize, rollouts, seeds, overrides)
+        given = (task, strategy, popsize, rollouts, seed, seeds, overrides)
         run = Run.reopen(out, generations=generations, writer=writer,
                          prepare=lambda config: _prepare_resume(config, *given))  # fmt: skip
     else:
@@ -306,7 +306,7 @@ def evolve(
 
 
 def _prepare_resume(
-    config: RunConfig, task, strategy, popsize, rollouts, seeds, overrides
+    config: RunConfig, task, strategy, popsize, rollouts, seed, seeds, overrides
 ) -> RunConfig:
     """On resume the run's own config rules; an argument that contradicts it is an error."""
     if isinstance(task, str) and not task.endswith(".toml") and task != config.task_name:
@@ -320,6 +320,8 @@ def _prepare_resume(
             raise ConfigError(f"cannot change {key} on resume (run has {stored[key]!r})")
     if seeds not in (1, config.seeds):
         raise ConfigError(f"cannot change seeds on resume (run has {config.seeds})")
+    if seed not in (0, config.seed):  # 0 is also the default: not given
+        raise ConfigError(f"cannot change seed on resume (run has {config.seed})")
     if overrides and list(overrides) != list(config.overrides):
         raise ConfigError("cannot change overrides (--set) on resume")
     return config

@@ -365,6 +365,7 @@ class Run:
                 config = prepare(config)
             if generations is not None and writer:
                 runs.write_target(run_dir, generations)
+                runs.drop_summary_short_of(run_dir, generations)
         except BaseException:
             if lock is not None:
                 lock.release()
@@ -417,6 +418,8 @@ class Run:
         if self.progress is None:
             if isinstance(error, ConfigError) and self.writer and not self.resumed:
                 self._discard()
+            elif isinstance(error, OSError) and self.writer:  # e.g. resuming onto a full disk
+                raise self._storage_error(error) from error
             return
         if isinstance(error, jax.errors.JaxRuntimeError):
             # A collective with a dead peer fails (gloo: connection reset) rather than hanging;
@@ -446,11 +449,12 @@ class Run:
         self.checkpoint()
 
     def _storage_error(self, err: OSError) -> runs.StorageError:
-        kept = (
-            "no checkpoint was written; --resume starts again from generation 0"
-            if self.saved_generation is None
-            else f"the checkpoint of generation {self.saved_generation} is kept; resume from it"
-        )
+        if self.saved_generation is not None:
+            kept = f"the checkpoint of generation {self.saved_generation} is kept; resume from it"
+        elif self.resumed and runs.has_checkpoint(self.run_dir):
+            kept = "its checkpoint is kept; resume from it"
+        else:
+            kept = "no checkpoint was written; --resume starts again from generation 0"
         reason = err.strerror or str(err)
         return runs.StorageError(f"{self.run_dir}: cannot write ({reason}); {kept}")
 

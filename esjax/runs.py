@@ -143,6 +143,21 @@ def write_target(run_dir: str | Path, generations: int) -> None:
     write_json(Path(run_dir) / TARGET, {"generations": int(generations)})
 
 
+def drop_summary_short_of(run_dir: str | Path, generations: int) -> None:
+    """Remove ``summary.json`` when it reports fewer generations than the run now runs to.
+
+    Extending a finished run records its new target at once; a kill before the first new
+    block must not leave that target beside a summary that still calls the run finished.
+    """
+    path = Path(run_dir) / SUMMARY
+    try:
+        done = json.loads(path.read_text())["generations"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if not isinstance(done, int) or done < generations:
+        path.unlink(missing_ok=True)
+
+
 def read_target(run_dir: str | Path) -> int | None:
     """The target :func:`write_target` recorded, or None (never extended, or unreadable)."""
     try:
@@ -178,8 +193,10 @@ def read_run_config(run_dir: str | Path) -> RunConfig:
     path = Path(run_dir) / CONFIG
     try:
         data = json.loads(path.read_text())
-    except FileNotFoundError as err:
+    except (FileNotFoundError, NotADirectoryError) as err:
         raise ConfigError(f"{run_dir}: not an esjax run directory (no {CONFIG})") from err
+    except OSError as err:  # unreadable: permissions, a directory named config.json
+        raise ConfigError(f"{path}: cannot read it: {_reason(err)}") from err
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: not valid JSON: {err}") from err
     if not isinstance(data, dict):

@@ -144,8 +144,11 @@ def sweep(
     """
     check_backends(log)
     if resume:
-        spec = _resumed_spec(out, task=task, vary=list(vary), seeds=seeds,
-                             overrides=list(overrides))  # fmt: skip
+        given = {"task": task, "vary": list(vary), "seeds": seeds, "seed": seed,
+                 "strategy": strategy, "popsize": popsize, "generations": generations,
+                 "rollouts": rollouts, "overrides": list(overrides),
+                 "test_episodes": test_episodes}  # fmt: skip
+        spec = _resumed_spec(out, given)
     else:
         spec = {
             "task": str(task) if task is not None else None,
@@ -168,6 +171,8 @@ def sweep(
         if sweep_dir.exists() and not sweep_dir.is_dir():
             raise ConfigError(f"{sweep_dir} exists and is not a directory")
         sweep_dir.mkdir(parents=True, exist_ok=True)
+    if resume:
+        _check_runs_unchanged(sweep_dir, grid, resolved)
     lock = _lock(sweep_dir)
     try:
         if not resume:
@@ -182,15 +187,61 @@ def sweep(
     return record
 
 
-def _resumed_spec(out: str | Path | None, **given: Any) -> dict[str, Any]:
-    """The spec of the sweep in ``out``; an argument given again must agree with it."""
+# What each argument of :func:`sweep` is when it is not given (the command line's defaults).
+NOT_GIVEN: dict[str, Any] = {"task": None, "vary": [], "seeds": 1, "seed": 0, "strategy": None,
+                             "popsize": None, "generations": None, "rollouts": None,
+                             "overrides": [], "test_episodes": None}  # fmt: skip
+
+
+def _resumed_spec(out: str | Path | None, given: dict[str, Any]) -> dict[str, Any]:
+    """The spec of the sweep in ``out``; an argument given again must agree with it.
+
+    Each configuration is resumed as it was stored, so an argument that differs would be
+    ignored: it is refused instead (a longer sweep is each run extended with ``esjax evolve
+    --resume --generations N``, or a new sweep).
+    """
     if out is None:
         raise ConfigError("resume needs the sweep directory (out=...)")
     spec = read_spec(Path(out))
     for key, value in given.items():
-        if value not in (None, [], 1) and value != spec[key] and str(value) != spec[key]:
-            raise ConfigError(f"cannot change {key} on resume (sweep has {spec[key]!r})")
+        stored = spec.get(key)
+        if value == NOT_GIVEN[key] or value == stored or str(value) == stored:
+            continue
+        shown = "the task's" if stored is None else repr(stored)
+        raise ConfigError(f"cannot change {key} on resume (the sweep has {shown})")
     return spec
+
+
+def _check_runs_unchanged(
+    sweep_dir: Path, grid: Sequence[Configuration], resolved: Sequence[RunConfig]
+) -> None:
+    """Each configuration run so far must be the one the task resolves to now.
+
+    A sweep is resumed from its spec, which names the task; a task file edited since (or a
+    preset changed by an upgrade) would otherwise carry the stored runs on under other
+    settings than their ``config.json``, without a word.
+    """
+    for configuration, config in zip(grid, resolved, strict=True):
+        run_dir = sweep_dir / configuration.name
+        if not runs.is_run_dir(run_dir):
+            continue
+        stored = complete_sizes(runs.read_run_config(run_dir)).state_key()
+        now = config.state_key()
+        if stored != now:
+            changed = ", ".join(_changed_keys(stored, now)[:4])
+            raise ConfigError(
+                f"{run_dir}: the task has changed since this sweep ran it ({changed}); "
+                "restore the task as it was, or start a new sweep"
+            )
+
+
+def _changed_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Dotted names of the leaves that differ between two JSON-like dicts."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = sorted(set(old) | set(new))
+        return [k for key in keys
+                for k in _changed_keys(old.get(key), new.get(key), f"{prefix}{key}.")]  # fmt: skip
+    return [] if old == new else [prefix.rstrip(".") or "the config"]
 
 
 def _resolve_all(spec: dict[str, Any], grid: Sequence[Configuration]) -> list[RunConfig]:
@@ -366,6 +417,8 @@ def run_program(
     with contextlib.ExitStack() as stack:
         opened = [_open(stack, engine, run_dir, config) for run_dir, config in members]
         signals = stack.enter_context(StopSignals())
+        # A signal that came while the runs were opened (each has its own handler until now).
+        signals.received = next((r.signals.received for r in opened if r.signals.received), None)
         for together in _by_progress(opened):
             loggers = [
                 stack.enter_context(

@@ -94,7 +94,15 @@ BAD_INPUT = {
         ["evolve", "--resume", "--out", "plain"],
         ["plain", "not an esjax run"],
     ),
+    "resume_a_file": (
+        ["evolve", "--resume", "--out", "bad.toml"],
+        ["bad.toml", "not an esjax run"],
+    ),
     "unknown_env_id": (["evolve", "unknown_env.toml"], ["'Pendulum-v9'", "did you mean"]),
+    "env_kwargs_the_env_does_not_take": (
+        ["evolve", "cartpole", "--set", "env_kwargs.pole_colour=2"],
+        ["env: CartPole-v1: cannot make it", "env_kwargs {'pole_colour': 2}"],
+    ),
     "discrete_task_continuous_setting": (
         ["evolve", "cartpole", "--set", 'env_sampler.max_torque={dist="uniform",low=1,high=2}'],
         ["'max_torque' is not a parameter", "CartPole-v1 has discrete actions"],
@@ -136,7 +144,7 @@ def bad_input_results(tmp_path_factory):
         (cwd / "unknown_env.toml").write_text(UNKNOWN_ENV)
         (cwd / "plain").mkdir()
         (cwd / "plain" / "notes.txt").write_text("mine")
-        if args[-1] != "plain":
+        if "--out" not in args:
             args = [*args, "--out", "runs/new"]
         before = sorted(str(p.relative_to(cwd)) for p in cwd.rglob("*"))
         proc = subprocess.Popen(
@@ -326,6 +334,29 @@ def test_disk_full_mid_run_keeps_the_last_good_checkpoint(reference, tmp_path, m
     assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
     evolve(None, generations=TOTAL, out=out, resume=True)
     assert_same_result(out, reference)
+
+
+def test_a_resume_that_cannot_write_is_one_error_and_keeps_the_run(
+    reference, tmp_path, monkeypatch
+):
+    """A full disk met before the first block (the metrics file rewritten to the checkpoint's
+    generation) is a StorageError that keeps the checkpoint, not a raw OSError. The finished
+    run's summary goes with the new target: the run is no longer finished."""
+    out = tmp_path / "run"
+    shutil.copytree(reference, out)
+    before = runs.load_checkpoint(out).arrays
+    assert (out / runs.SUMMARY).is_file()
+
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(runs, "truncate_metrics", disk_full)
+    with pytest.raises(runs.StorageError, match=r"No space left.*its checkpoint is kept"):
+        evolve(None, generations=TOTAL + 2, out=out, resume=True)
+    monkeypatch.undo()
+    after = runs.load_checkpoint(out).arrays
+    assert all(after[name].tobytes() == a.tobytes() for name, a in before.items())
+    assert runs.read_target(out) == TOTAL + 2 and not (out / runs.SUMMARY).exists()
 
 
 # ---------------------------------------------------------------------------- numerics

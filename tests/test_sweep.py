@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import pytest
 from test_cli import SMALL, assert_clean_error, esjax
@@ -366,3 +367,46 @@ def test_cli_resume_of_a_finished_sweep_reports_the_same_numbers(finished, tmp_p
     assert again["configurations"] == json.loads(json.dumps(record["configurations"]))
     for entry in again["configurations"]:
         assert (copy / entry["run_dir"] / "fitness.png").is_file()
+
+
+def test_resume_refuses_arguments_it_would_ignore_and_a_changed_task(finished, tmp_path):
+    """A resumed sweep runs each configuration as stored: a different --generations, popsize
+    or seed, or a task that no longer resolves to the stored runs, is refused, not ignored."""
+    out, _ = finished
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    for given, refused in [({"generations": 5}, "generations"), ({"popsize": 16}, "popsize"),
+                           ({"seed": 7}, "seed"), ({"strategy": "pgpe"}, "strategy")]:  # fmt: skip
+        with pytest.raises(ConfigError, match=rf"cannot change {refused} on resume"):
+            sweeps.sweep(None, out=copy, resume=True, **given)
+    sweeps.sweep(None, out=copy, resume=True, seeds=TINY["seeds"], popsize=TINY["popsize"])
+    # The task as it reads now differs from what the runs were started with.
+    record = json.loads((copy / "sweep.json").read_text())
+    record["spec"]["overrides"] = [*record["spec"]["overrides"], "reward_shift=0.5"]
+    (copy / "sweep.json").write_text(json.dumps(record))
+    with pytest.raises(ConfigError, match=r"task has changed since this sweep ran it .*shift"):
+        sweeps.sweep(None, out=copy, resume=True)
+    # A run resumed on its own: a different seed is refused too.
+    run_dir = copy / record["configurations"][0]["run_dir"]
+    with pytest.raises(ConfigError, match=r"cannot change seed on resume \(run has 0\)"):
+        evolve(None, out=run_dir, resume=True, seed=7)
+
+
+def test_a_signal_while_the_runs_are_opened_stops_the_sweep(tmp_path, monkeypatch):
+    """Each run's own handler holds a signal that comes while it is begun; the sweep reads it."""
+    import os
+    import signal
+
+    from esjax.lifecycle import Run
+
+    real_begin = Run.begin
+
+    def begin_then_signal(self, engine):
+        real_begin(self, engine)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(Run, "begin", begin_then_signal)
+    with pytest.raises(sweeps.SweepInterrupted) as stopped:
+        sweeps.sweep("pendulum", VARY, out=tmp_path / "sw", **TINY)
+    assert stopped.value.exit_code == 128 + signal.SIGTERM
+    assert not list((tmp_path / "sw").glob("*/summary.json"))
