@@ -14,24 +14,13 @@ state, so the numbers say which part of the game's own code costs what. Medians 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import gymnax
 import jax
+from timing import median_time
 
 GAMES = ("Asterix-MinAtar", "Breakout-MinAtar", "Freeway-MinAtar", "SpaceInvaders-MinAtar",
          "Seaquest-MinAtar")  # fmt: skip
-
-
-def median_seconds(fn, *args, repeats: int) -> float:
-    jax.block_until_ready(fn(*args))  # compile
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def steps_per_second(name: str, envs: int, steps: int, repeats: int) -> float:
@@ -48,7 +37,8 @@ def steps_per_second(name: str, envs: int, steps: int, repeats: int) -> float:
 
         return jax.lax.scan(step, state, jax.random.split(key, steps))[1].sum()
 
-    return envs * steps / median_seconds(jax.jit(run), jax.random.key(0), repeats=repeats)
+    seconds, _ = median_time(jax.jit(run), jax.random.key(0), repeats=repeats)
+    return envs * steps / seconds
 
 
 def seaquest_parts(envs: int, steps: int, repeats: int) -> dict[str, float]:
@@ -75,7 +65,7 @@ def seaquest_parts(envs: int, steps: int, repeats: int) -> dict[str, float]:
 
             return jax.lax.scan(step, state, jax.random.split(key, steps))[0]
 
-        seconds = median_seconds(jax.jit(run), state, jax.random.key(1), repeats=repeats)
+        seconds, _ = median_time(jax.jit(run), state, jax.random.key(1), repeats=repeats)
         times[name] = seconds / (envs * steps) * 1e6
     return times
 
