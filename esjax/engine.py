@@ -436,7 +436,10 @@ def report_validated(config: StepConfig, state: RunState) -> RunState:
     noisy rollouts that is the luckiest of many near-equal members (a GA's population
     converges to them), and one that tests worse than most. Each of ``validate_top`` leaders
     is re-tested on ``validate_episodes`` evaluation-like episodes drawn afresh per generation
-    (from a key the evaluation episodes never use), and the best is reported. Ties go to the
+    (from the evaluation key folded with the generation: other episodes than the evaluation's,
+    though under threefry's partitionable splitting that key is evaluation episode
+    ``generation``'s, whose sub-keys seed the first validation episodes), and the best is
+    reported. Ties go to the
     better training fitness, so the episodes must be enough to show a rare failure. Only the
     report changes: the search reads its population, never this member. The key depends on
     the generation alone, so resumed or differently blocked runs report the same member.

@@ -95,7 +95,7 @@ def grid_record(
     run: str | Path,
     specs: Sequence[str] = (),
     *,
-    episodes: int = 128,
+    episodes: int | None = None,
     seed: int = 0,
     which: str = "final",
     out: str | Path | None = None,
@@ -105,7 +105,8 @@ def grid_record(
 ) -> tuple[dict[str, Any], Path, Path]:
     """Test on every cell of a grid of env parameters; write the JSON and its heatmap.
 
-    ``specs`` are ``--grid-axis`` specs (default: the task's ``[grid]`` table); ``out`` is the
+    ``specs`` are ``--grid-axis`` specs (default: the task's ``[grid]`` table); ``episodes`` per
+    cell default to the task's ``test_episodes``; ``out`` is the
     JSON (default ``RUN/grid.json``; the heatmap goes next to it as ``.png``). ``baseline``
     adds the references' means and the policy's score per cell, and the heatmap shows the
     score. Every check that needs no compile comes before the compile, so a mistake costs no
@@ -144,19 +145,23 @@ def sweep_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
 
     ``final`` and ``best`` are :func:`interval` pairs of the test returns over seeds;
     ``solved`` is ``(seeds solved, seeds judged)`` or None when no seed was judged;
-    ``env_steps_to_threshold`` is the mean over the seeds that reached it, or None.
+    ``env_steps_to_threshold`` is ``(mean over the seeds that reached it, seeds that did,
+    seeds)``, or None when none did: a mean over 1 of 8 seeds must say so.
     """
     rows = []
     for entry in record["configurations"]:
         verdicts = entry["solved_per_seed"]
+        steps = entry["env_steps_to_threshold"]
+        reached = [s for s in steps["per_seed"] if s is not None]
         rows.append(
             {
                 "configuration": ", ".join(entry["overrides"]),
                 "final": interval(entry["final_test_return"]),
                 "best": interval(entry["best_test_return"]),
                 "solved": (entry["solved_seeds"], len(verdicts)) if verdicts else None,
-                "env_steps_to_threshold": entry["env_steps_to_threshold"]["mean_over_reached"]
-                or None,
+                "env_steps_to_threshold": None
+                if steps["mean_over_reached"] is None
+                else (steps["mean_over_reached"], len(reached), len(steps["per_seed"])),
             }
         )
     return rows

@@ -261,7 +261,7 @@ def grid_returns(
 def evaluate_grid(
     run_dir: str | Path,
     axes: dict[str, tuple[float, ...]],
-    episodes: int = 128,
+    episodes: int | None = None,
     seed: int = 0,
     which: str = "final",
     baseline: str | None = None,
@@ -271,13 +271,15 @@ def evaluate_grid(
     With ``baseline``, also the zero action's and the baseline's mean per cell on the same
     episodes, and the policy's score per cell as ``esjax eval --baseline`` gives it for one
     split: ``score_vs_analytic`` (0 = zero action, 1 = analytic) or ``margin_over_random``.
+    ``episodes`` per cell; None: the task's ``test_episodes``, as for one split.
     """
-    if not isinstance(episodes, int) or episodes <= 0:
+    if episodes is not None and (not isinstance(episodes, int) or episodes <= 0):
         raise ConfigError(f"episodes must be a positive integer, got {episodes!r}")
     names = list(axes)
     if len(names) != GRID_AXES:
         raise ConfigError(f"a grid has two parameters, got {len(names)}")
     built = make_test_rollout(run_dir)
+    episodes = built[0].task.test_episodes if episodes is None else episodes
     check_param_names(names, built[1].env_params, "--grid")
     if baseline is not None:  # a reference that cannot be built fails before any compile
         check_told_pinned(baseline_rollout(built[1], baseline), baseline, names, "--grid")

@@ -8,11 +8,12 @@ configuration, over the tasks that have a ``solved_return``: the IQM and mean of
 normalised to 0 = a uniformly random policy and 1 = ``solved_return``, with stratified-bootstrap
 intervals, performance profiles, and for two configurations the probability of improvement.
 
-The bootstrap, IQM, profiles and probability of improvement are ``rliable``'s (the
-``esjax[report]`` extra, imported when a report is made): it is the maintained implementation of
-Agarwal et al.'s recommendations, so a report's numbers are the ones a reader gets from it on
-the same scores. Each configuration's bootstrap starts from one seed (:func:`seeded`), so the
-same runs give the same report.
+The bootstrap, IQM and probability of improvement are ``rliable``'s (the ``esjax[report]``
+extra, imported when a report is made): it is the maintained implementation of Agarwal et al.'s
+recommendations, so a report's numbers are the ones a reader gets from it on the same scores.
+The profiles are bootstrapped the same way but count scores at or above each level, as a
+verdict does (rliable counts strictly above). Each configuration's bootstrap starts from one
+seed (:func:`seeded`), so the same runs give the same report.
 """
 
 from __future__ import annotations
@@ -154,10 +155,14 @@ def improvement(x: np.ndarray, y: np.ndarray, reps: int, seed: int) -> dict[str,
 
 
 def profile(scores: np.ndarray, taus: np.ndarray, reps: int, seed: int) -> dict[str, list]:
-    """The fraction of (seed, task) scores above each threshold, with its pointwise band."""
-    library, _ = _rliable()
+    """The fraction of (seed, task) scores at or above each threshold, with its pointwise band.
+
+    At or above, as a verdict counts a seed solved at ``solved_return`` (rliable's
+    ``score_distributions`` counts strictly above): a task whose best return is its
+    ``solved_return`` (Catch's 1.0) would show no solved seed at 1 otherwise.
+    """
     fraction, low, high = _interval_estimates(
-        scores, lambda x: library.score_distributions(x, taus), reps, seed
+        scores, lambda x: np.array([np.mean(x >= tau) for tau in taus]), reps, seed
     )
     return {"fraction": fraction.tolist(), "low": low.tolist(), "high": high.tolist()}
 
@@ -189,7 +194,30 @@ def sources(paths: Sequence[str | Path]) -> list[tuple[str, Path]]:
             )
         else:
             raise ConfigError(f"{path}: no such run or sweep directory")
+    _check_unlabelled_names(paths, found)
     return found
+
+
+def _check_unlabelled_names(paths: Sequence[str | Path], found: list[tuple[str, Path]]) -> None:
+    """Run directories given without a label and named alike must be runs of one task.
+
+    Their name is their label, so ``exp1/run`` (cartpole) and ``exp2/run`` (acrobot) would form
+    one configuration across two tasks, whatever their methods; seeds of one task pool as
+    labelled runs do (``collect`` checks they are the same configuration).
+    """
+    split = [_split_label(str(text)) for text in paths]
+    unlabelled = {path.resolve() for label, path in split if label is None}
+    tasks: dict[str, tuple[str, Path]] = {}
+    for name, run_dir in found:
+        if run_dir.resolve() not in unlabelled:
+            continue
+        task = runs.read_run_config(run_dir).task_name
+        first = tasks.setdefault(name, (task, run_dir))
+        if first[0] != task:
+            raise ConfigError(
+                f"{run_dir} and {first[1]} are both named {name!r} but run {task} and "
+                f"{first[0]}; label each: LABEL=PATH"
+            )
 
 
 def _split_label(text: str) -> tuple[str | None, Path]:
@@ -204,12 +232,18 @@ def _split_label(text: str) -> tuple[str | None, Path]:
 def _sweep_runs(sweep_dir: Path) -> list[tuple[str, Path]]:
     record = _read_json(sweep_dir / SWEEP)
     try:
-        return [
+        found = [
             (", ".join(e["overrides"]) or e["name"], sweep_dir / e["run_dir"])
             for e in record["configurations"]
         ]
     except (KeyError, TypeError):
         raise ConfigError(f"{sweep_dir / SWEEP}: not a sweep record") from None
+    if not found:  # sweep.json lists its configurations once the sweep has finished
+        raise ConfigError(
+            f"{sweep_dir}: the sweep has not finished; finish it with "
+            f"`esjax sweep --resume --out {sweep_dir}`"
+        )
+    return found
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -249,12 +283,13 @@ def read_cell(run_dir: Path) -> Cell:
         solved_return=threshold,
         random_return=config.task.random_return,
         test_episodes=config.task.test_episodes,
-        identity=_identity(config),
+        identity=_identity(config, summary.get("generations", config.generations)),
     )
 
 
-def _identity(config: RunConfig) -> str:
-    return json.dumps(config.identity(), sort_keys=True)
+def _identity(config: RunConfig, generations: int) -> str:
+    """What pooled runs must share: the configuration and how long it ran, not the seeds."""
+    return json.dumps({**config.identity(), "generations": generations}, sort_keys=True)
 
 
 def collect(paths: Sequence[str | Path]) -> dict[str, dict[str, Cell]]:
@@ -440,9 +475,10 @@ def _compare(matrices: dict, reps: int, seed: int, notes: list[str]) -> dict[str
     if len(matrices) != 2:
         return None
     (x_label, (x_tasks, x)), (y_label, (y_tasks, y)) = matrices.items()
-    if x_tasks != y_tasks:
+    if sorted(x_tasks) != sorted(y_tasks):
         notes.append("no probability of improvement: the two configurations have different tasks")
         return None
+    y = y[:, [y_tasks.index(task) for task in x_tasks]]  # task by task, in X's order
     return {"x": x_label, "y": y_label, "tasks": x_tasks, **improvement(x, y, reps, seed)}
 
 
@@ -492,7 +528,7 @@ def plot_profiles(profiles: dict[str, Any], path: Path) -> Path:
     for x in (0.0, 1.0):
         ax.axvline(x, color="0.6", linewidth=0.8, linestyle=":")
     ax.set_xlabel("normalised score τ (0: random policy, 1: solved_return)")
-    ax.set_ylabel("fraction of (seed, task) scores > τ")
+    ax.set_ylabel("fraction of (seed, task) scores ≥ τ")
     ax.set_ylim(-0.02, 1.02)
     ax.legend(fontsize=8)
     fig.savefig(path)

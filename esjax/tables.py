@@ -175,7 +175,7 @@ def show_sweep(
             cell(row["final"]),
             cell(row["best"]),
             f"{solved[0]}/{solved[1]}" if solved else "-",
-            count(reached) if reached else "-",
+            "-" if reached is None else f"{count(reached[0])} ({reached[1]}/{reached[2]})",
         )
     console.print(table)
     where = record.get("sweep_dir") or out

@@ -294,3 +294,18 @@ def test_grid_and_lesion_leave_the_shared_test_rollout_as_it_was(grid_run):
     assert vars(shared).keys() == before.keys()
     changed = [name for name, value in vars(shared).items() if value is not before[name]]
     assert not changed, changed
+
+
+def test_the_grid_tests_the_tasks_test_episodes_by_default(grid_run, tmp_path):
+    """Without ``--episodes``, each cell runs the task's ``test_episodes`` (as one split does),
+    not a fixed 128: here a run whose task asks for 3."""
+    run_dir, _, _ = grid_run
+    mine = tmp_path / "three"
+    shutil.copytree(run_dir, mine)
+    config = json.loads((mine / "config.json").read_text())
+    config["task"]["test_episodes"] = EPISODES
+    (mine / "config.json").write_text(json.dumps(config))
+    record = meta.evaluate_grid(mine, {"m": (0.4,), "l": (3.0,)})
+    assert record["episodes"] == EPISODES
+    expected = reference_returns(run_dir, m=0.4, l=3.0, episodes=EPISODES)
+    np.testing.assert_allclose(record["mean"][0][0], expected.mean(), rtol=1e-4, atol=1e-3)

@@ -331,3 +331,57 @@ def test_a_real_run_without_recorded_returns_or_floor_is_tested_and_measured(tmp
     assert on_37 != pytest.approx(on_128, rel=1e-6)  # so the count is what the check tells
     assert floor["random_return"] == pytest.approx(on_37, rel=1e-6)
     assert "random actions on 37 test episodes" in floor["source"]
+
+
+def test_probability_of_improvement_pairs_tasks_by_name_not_order(two_methods, tmp_path):
+    _rliable_or_skip()
+    from esjax.report import report
+
+    _, args = two_methods
+    same = report(args, tmp_path / "same", reps=REPS, seed=5)["probability_of_improvement"]
+    swapped = [args[0], args[2], args[3], args[1]]  # a: cart, acro; b: acro, cart
+    other = report(swapped, tmp_path / "other", reps=REPS, seed=5)["probability_of_improvement"]
+    assert other is not None and other["tasks"] == ["cartpole", "acrobot"]
+    assert other["value"] == pytest.approx(same["value"])
+    assert [other["low"], other["high"]] == pytest.approx([same["low"], same["high"]])
+
+
+def test_the_profile_counts_scores_at_or_above_each_threshold(tmp_path):
+    """At τ = 1 the profile is the share of solved seeds (a verdict counts solved_return
+    itself), also where solved_return is the best return there is (Catch's 1.0)."""
+    _rliable_or_skip()
+    from esjax.report import report
+
+    returns = [1.0, 1.0, 1.0, 0.6]
+    record = report([make_run(tmp_path / "catch", "catch", returns)], tmp_path / "o", reps=50)
+    floor = record["tasks"]["catch"]["random_return"]
+    scores = np.asarray(normalised_by_hand(returns, floor, 1.0))
+    taus = np.asarray(record["profiles"]["taus"])
+    fraction = record["profiles"]["curves"]["catch"]["fraction"]
+    assert fraction == pytest.approx([np.mean(scores >= tau) for tau in taus])
+    assert record["configurations"][0]["tasks"]["catch"]["success_rate"] == 0.75
+    from esjax.report import profile
+
+    at = profile(scores[:, None], np.array([0.0, 1.0, 1.01]), reps=50, seed=0)["fraction"]
+    assert at == pytest.approx([1.0, 0.75, 0.0])  # strictly above 1 (rliable's rule): 0.0
+
+
+def test_runs_that_would_mix_silently_are_refused(tmp_path):
+    """Pooled seeds of another length, two directories named alike on other tasks, and a
+    sweep that has not finished (sweep.json lists no configurations yet)."""
+    from esjax.report import collect
+
+    make_run(tmp_path / "short", "cartpole", A_CART[:4], generations=10)
+    make_run(tmp_path / "long", "cartpole", A_CART[4:8], seed=4, generations=1000)
+    with pytest.raises(ConfigError, match="another configuration"):
+        collect([f"m={tmp_path / 'short'}", f"m={tmp_path / 'long'}"])
+    cart = make_run(tmp_path / "exp1" / "run", "cartpole", A_CART[:4])
+    acro = make_run(tmp_path / "exp2" / "run", "acrobot", A_ACRO[:4], strategy="pgpe")
+    with pytest.raises(ConfigError, match=r"both named 'run' but run acrobot and cartpole"):
+        collect([cart, acro])
+    assert set(collect([f"c={cart}", f"a={acro}"])) == {"c", "a"}
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    runs.write_json(sweep / "sweep.json", {"spec": {}, "configurations": []})
+    with pytest.raises(ConfigError, match="the sweep has not finished"):
+        collect([sweep])

@@ -10,6 +10,7 @@ import json
 import math
 import shutil
 
+import numpy as np
 import pytest
 from test_cli import SMALL, assert_clean_error, esjax
 
@@ -410,3 +411,31 @@ def test_a_signal_while_the_runs_are_opened_stops_the_sweep(tmp_path, monkeypatc
         sweeps.sweep("pendulum", VARY, out=tmp_path / "sw", **TINY)
     assert stopped.value.exit_code == 128 + signal.SIGTERM
     assert not list((tmp_path / "sw").glob("*/summary.json"))
+
+
+def test_the_sweep_table_says_how_many_seeds_its_steps_to_threshold_average():
+    """A mean over the seeds that reached the threshold, shown with their count."""
+    import io
+
+    from rich.console import Console
+
+    from esjax.evaluation import sweep_rows
+    from esjax.tables import show_sweep
+
+    def entry(per_seed):
+        reached = [s for s in per_seed if s is not None]
+        mean = float(np.mean(reached)) if reached else None
+        return {"overrides": [f"x={len(reached)}"], "solved_per_seed": None, "solved_seeds": None,
+                "final_test_return": {"mean": 1.0, "low": None, "high": None},
+                "best_test_return": {"mean": 1.0, "low": None, "high": None},
+                "env_steps_to_threshold": {"per_seed": per_seed,
+                                           "mean_over_reached": mean}}  # fmt: skip
+
+    record = {"spec": {"seeds": 3, "task": "t"}, "configurations": [
+        entry([1000, None, 3000]), entry([None, None, None])]}  # fmt: skip
+    rows = sweep_rows(record)
+    assert rows[0]["env_steps_to_threshold"] == (2000.0, 2, 3)
+    assert rows[1]["env_steps_to_threshold"] is None
+    out = io.StringIO()
+    show_sweep(Console(file=out, width=200), record, rows, None)
+    assert "(2/3)" in out.getvalue()
