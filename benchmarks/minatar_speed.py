@@ -1,6 +1,6 @@
 """gymnax's MinAtar games stepped alone: env steps/s, and where Seaquest's step spends its time.
 
-    python benchmarks/minatar_speed.py                  # the four games, 64 and 1,024 envs
+    python benchmarks/minatar_speed.py                  # the five games, 64 and 1,024 envs
     python benchmarks/minatar_speed.py --parts          # Seaquest's step, part by part
 
 Why: a Seaquest preset runs far slower than the other MinAtar presets at the same sizes, and

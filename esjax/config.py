@@ -26,6 +26,16 @@ class ConfigError(ValueError):
     """A config problem a person can fix; its message is one line."""
 
 
+def changed_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Dotted names of the leaves that differ between two JSON-like dicts (for an error that
+    says what changed, not only that something did)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = sorted(set(old) | set(new))
+        return [k for key in keys
+                for k in changed_keys(old.get(key), new.get(key), f"{prefix}{key}.")]  # fmt: skip
+    return [] if old == new else [prefix.rstrip(".") or "the config"]
+
+
 def suggest(name: str, valid: Sequence[str]) -> str:
     """``" (did you mean 'x'?)"`` for the nearest valid name, or an empty string."""
     close = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.6)

@@ -205,7 +205,11 @@ def _import_module(source: str) -> types.ModuleType:
         if error.name != top or here in sys.path or "" in sys.path:
             raise
         sys.path.append(here)
-        return importlib.import_module(source)
+        try:
+            return importlib.import_module(source)
+        except ModuleNotFoundError:
+            sys.path.remove(here)  # not there either: leave the search path as it was
+            raise
 
 
 def _load_file(path: Path, name: str) -> types.ModuleType:

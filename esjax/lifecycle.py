@@ -30,6 +30,7 @@ In a multi-process run every process computes the same replicated state; only pr
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import math
@@ -54,6 +55,9 @@ _log = logging.getLogger(__name__)
 
 # What Ctrl-C, schedulers (Slurm, Kubernetes, `docker stop`) and hang-ups send before a kill.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
+# What a failed write says before a run has begun; any other OSError there (a user env's missing
+# file, an unreadable checkpoint) is not about the disk and is left as it is.
+WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 
 class BackendModules(NamedTuple):
@@ -418,8 +422,8 @@ class Run:
         if self.progress is None:
             if isinstance(error, ConfigError) and self.writer and not self.resumed:
                 self._discard()
-            elif isinstance(error, OSError) and self.writer:  # e.g. resuming onto a full disk
-                raise self._storage_error(error) from error
+            elif isinstance(error, OSError) and self.writer and error.errno in WRITE_FAILURES:
+                raise self._storage_error(error) from error  # e.g. resuming onto a full disk
             return
         if isinstance(error, jax.errors.JaxRuntimeError):
             # A collective with a dead peer fails (gloo: connection reset) rather than hanging;

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from esjax import runs
-from esjax.config import ConfigError, RunConfig
+from esjax.config import ConfigError, RunConfig, changed_keys
 from esjax.files import atomic_write
 from esjax.lifecycle import backend_modules
 from esjax.stats import wilson_interval
@@ -203,7 +203,9 @@ def _check_unlabelled_names(paths: Sequence[str | Path], found: list[tuple[str, 
 
     Their name is their label, so ``exp1/run`` (cartpole) and ``exp2/run`` (acrobot) would form
     one configuration across two tasks, whatever their methods; seeds of one task pool as
-    labelled runs do (``collect`` checks they are the same configuration).
+    labelled runs do (``collect`` checks they are the same configuration). A sweep's
+    configurations are labelled by their ``--vary`` values instead, so two sweeps of one
+    method on two tasks meet, as intended, in one configuration per value.
     """
     split = [_split_label(str(text)) for text in paths]
     unlabelled = {path.resolve() for label, path in split if label is None}
@@ -308,9 +310,12 @@ def collect(paths: Sequence[str | Path]) -> dict[str, dict[str, Cell]]:
             cells[cell.task] = cell
             continue
         if old.identity != cell.identity:
+            differ = ", ".join(
+                changed_keys(json.loads(old.identity), json.loads(cell.identity))[:4]
+            )
             raise ConfigError(
                 f"{run_dir}: {label!r} already has a run of {cell.task} with another "
-                f"configuration ({old.run_dirs[0]}); label each: LABEL=PATH"
+                f"configuration ({old.run_dirs[0]}; {differ} differ); label each: LABEL=PATH"
             )
         if set(old.seed_ids) & set(cell.seed_ids):
             raise ConfigError(f"{run_dir}: its seeds are already in {label!r} ({old.run_dirs[0]})")

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from esjax import runs
-from esjax.config import ConfigError, RunConfig, parse_override
+from esjax.config import ConfigError, RunConfig, changed_keys, parse_override
 from esjax.evolve import Interrupted, build_engine, check_memory, complete_sizes, resolve_config
 from esjax.lifecycle import Run, RunInUse, RunLock, StopSignals, backend_modules
 from esjax.loop import drive
@@ -143,25 +143,14 @@ def sweep(
     With ``resume=True`` the sweep in ``out`` continues from its own ``sweep.json``.
     """
     check_backends(log)
+    given = {"task": task, "vary": list(vary), "seeds": seeds, "seed": seed,
+             "strategy": strategy, "popsize": popsize, "generations": generations,
+             "rollouts": rollouts, "overrides": list(overrides),
+             "test_episodes": test_episodes}  # fmt: skip
     if resume:
-        given = {"task": task, "vary": list(vary), "seeds": seeds, "seed": seed,
-                 "strategy": strategy, "popsize": popsize, "generations": generations,
-                 "rollouts": rollouts, "overrides": list(overrides),
-                 "test_episodes": test_episodes}  # fmt: skip
         spec = _resumed_spec(out, given)
     else:
-        spec = {
-            "task": str(task) if task is not None else None,
-            "vary": list(vary),
-            "seeds": seeds,
-            "seed": seed,
-            "strategy": strategy,
-            "popsize": popsize,
-            "generations": generations,
-            "rollouts": rollouts,
-            "overrides": list(overrides),
-            "test_episodes": test_episodes,
-        }
+        spec = {**given, "task": str(task) if task is not None else None}
     if spec["task"] is None:
         raise ConfigError("missing TASK: a preset name (see `esjax list`) or a TOML file")
     grid = configurations(spec["vary"])
@@ -223,25 +212,16 @@ def _check_runs_unchanged(
     """
     for configuration, config in zip(grid, resolved, strict=True):
         run_dir = sweep_dir / configuration.name
-        if not runs.is_run_dir(run_dir):
-            continue
+        if not runs.is_run_dir(run_dir) or (run_dir / runs.SUMMARY).is_file():
+            continue  # not started, or finished: nothing of it runs again
         stored = complete_sizes(runs.read_run_config(run_dir)).state_key()
         now = config.state_key()
         if stored != now:
-            changed = ", ".join(_changed_keys(stored, now)[:4])
+            changed = ", ".join(changed_keys(stored, now)[:4])
             raise ConfigError(
                 f"{run_dir}: the task has changed since this sweep ran it ({changed}); "
                 "restore the task as it was, or start a new sweep"
             )
-
-
-def _changed_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
-    """Dotted names of the leaves that differ between two JSON-like dicts."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        keys = sorted(set(old) | set(new))
-        return [k for key in keys
-                for k in _changed_keys(old.get(key), new.get(key), f"{prefix}{key}.")]  # fmt: skip
-    return [] if old == new else [prefix.rstrip(".") or "the config"]
 
 
 def _resolve_all(spec: dict[str, Any], grid: Sequence[Configuration]) -> list[RunConfig]:
@@ -418,7 +398,8 @@ def run_program(
         opened = [_open(stack, engine, run_dir, config) for run_dir, config in members]
         signals = stack.enter_context(StopSignals())
         # A signal that came while the runs were opened (each has its own handler until now).
-        signals.received = next((r.signals.received for r in opened if r.signals.received), None)
+        earlier = (r.signals.received for r in opened if r.signals.received)
+        signals.received = signals.received or next(earlier, None)
         for together in _by_progress(opened):
             loggers = [
                 stack.enter_context(

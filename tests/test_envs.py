@@ -202,8 +202,10 @@ def test_a_module_in_the_working_directory_is_found_without_python_m(tmp_path, m
     monkeypatch.delitem(sys.modules, "beside_me_envs", raising=False)
     env, params = make_env("beside_me_envs:make_env", {"friction": 0.3})
     assert type(env).__name__ == "PointMass" and float(params.friction) == 0.3
+    searched = list(sys.path)
     with pytest.raises(ConfigError, match="no module named 'nowhere_envs'"):
         make_env("nowhere_envs:make")
+    assert sys.path == searched  # a failed search leaves no trace
 
 
 @pytest.mark.parametrize(

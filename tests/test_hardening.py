@@ -358,6 +358,13 @@ def test_a_resume_that_cannot_write_is_one_error_and_keeps_the_run(
     assert all(after[name].tobytes() == a.tobytes() for name, a in before.items())
     assert runs.read_target(out) == TOTAL + 2 and not (out / runs.SUMMARY).exists()
 
+    def missing(*args, **kwargs):  # not a failed write: left as it is, not called a full disk
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", "data.npz")
+
+    monkeypatch.setattr(runs, "truncate_metrics", missing)
+    with pytest.raises(FileNotFoundError):
+        evolve(None, out=out, resume=True)
+
 
 # ---------------------------------------------------------------------------- numerics
 def test_nonfinite_returns_rank_worst_are_counted_and_the_search_goes_on(tmp_path):

@@ -356,9 +356,6 @@ def test_the_profile_counts_scores_at_or_above_each_threshold(tmp_path):
     record = report([make_run(tmp_path / "catch", "catch", returns)], tmp_path / "o", reps=50)
     floor = record["tasks"]["catch"]["random_return"]
     scores = np.asarray(normalised_by_hand(returns, floor, 1.0))
-    taus = np.asarray(record["profiles"]["taus"])
-    fraction = record["profiles"]["curves"]["catch"]["fraction"]
-    assert fraction == pytest.approx([np.mean(scores >= tau) for tau in taus])
     assert record["configurations"][0]["tasks"]["catch"]["success_rate"] == 0.75
     from esjax.report import profile
 
@@ -373,7 +370,7 @@ def test_runs_that_would_mix_silently_are_refused(tmp_path):
 
     make_run(tmp_path / "short", "cartpole", A_CART[:4], generations=10)
     make_run(tmp_path / "long", "cartpole", A_CART[4:8], seed=4, generations=1000)
-    with pytest.raises(ConfigError, match="another configuration"):
+    with pytest.raises(ConfigError, match=r"another configuration .*; generations differ\)"):
         collect([f"m={tmp_path / 'short'}", f"m={tmp_path / 'long'}"])
     cart = make_run(tmp_path / "exp1" / "run", "cartpole", A_CART[:4])
     acro = make_run(tmp_path / "exp2" / "run", "acrobot", A_ACRO[:4], strategy="pgpe")

@@ -381,10 +381,13 @@ def test_resume_refuses_arguments_it_would_ignore_and_a_changed_task(finished, t
         with pytest.raises(ConfigError, match=rf"cannot change {refused} on resume"):
             sweeps.sweep(None, out=copy, resume=True, **given)
     sweeps.sweep(None, out=copy, resume=True, seeds=TINY["seeds"], popsize=TINY["popsize"])
-    # The task as it reads now differs from what the runs were started with.
+    # The task as it reads now differs from what the runs were started with: finished runs
+    # are only summarised again, an unfinished one would go on under the new settings.
     record = json.loads((copy / "sweep.json").read_text())
     record["spec"]["overrides"] = [*record["spec"]["overrides"], "reward_shift=0.5"]
     (copy / "sweep.json").write_text(json.dumps(record))
+    sweeps.sweep(None, out=copy, resume=True)
+    (copy / record["configurations"][0]["run_dir"] / "summary.json").unlink()
     with pytest.raises(ConfigError, match=r"task has changed since this sweep ran it .*shift"):
         sweeps.sweep(None, out=copy, resume=True)
     # A run resumed on its own: a different seed is refused too.
