@@ -17,7 +17,14 @@ import typer
 from esjax import cache, tables, terminal
 from esjax.config import BASELINES, ConfigError
 from esjax.progress import ProgressReport, SweepProgress
-from esjax.terminal import check_run_dir, console, exit_stopped, handles_errors
+from esjax.terminal import (
+    FIGURE_SUFFIXES,
+    check_run_dir,
+    check_suffix,
+    console,
+    exit_stopped,
+    handles_errors,
+)
 
 
 def _library(
@@ -133,7 +140,9 @@ def evolve(
         int | None, typer.Option("--generations", "-g", help="Generations to run.")
     ] = None,
     rollouts: RolloutsOption = None,
-    seed: Annotated[int, typer.Option(help="Random seed (the first one with --seeds).")] = 0,
+    seed: Annotated[
+        int, typer.Option(min=0, max=2**31 - 1, help="Random seed (the first one with --seeds).")
+    ] = 0,
     seeds: Annotated[
         int, typer.Option(min=1, help="Independent seeds run side by side (vmapped).")
     ] = 1,
@@ -363,6 +372,7 @@ def plot(
     Runs whose configurations differ only in their seed (and the seeds of one run) are drawn
     as a mean line with a 95% confidence band; other runs get their own colour.
     """
+    check_suffix(out_file, FIGURE_SUFFIXES)
     for run in runs:
         check_run_dir(run)
     target = out_file or (runs[0] / "fitness.png" if len(runs) == 1 else Path("fitness.png"))
@@ -384,7 +394,10 @@ def render(
         Path | None,
         typer.Option("--out", "-o", help="GIF to write; default: RUN/episode.gif."),
     ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the episode and of the sampled variant.")] = 0,
+    seed: Annotated[
+        int,
+        typer.Option(min=0, max=2**31 - 1, help="Seed of the episode and of the sampled variant."),
+    ] = 0,
     split: Annotated[
         str | None, typer.Option(help="Draw the env variant from this split; default: train.")
     ] = None,
@@ -408,6 +421,7 @@ def render(
     as a diagram of the episode so far. A suite's env (SUITE:NAME) is drawn by the suite's own
     renderer; Brax and Playground need OpenGL for MuJoCo's (MUJOCO_GL=egl or osmesa headless).
     """
+    check_suffix(out_file, (".gif",))
     check_run_dir(run)
     import matplotlib  # the GIF is drawn off-screen: a suite's pyplot viewer opens no window
 
@@ -454,7 +468,9 @@ def sweep(
     seeds: Annotated[
         int, typer.Option(min=1, help="Seeds per configuration, run side by side (vmapped).")
     ] = 1,
-    seed: Annotated[int, typer.Option(min=0, help="First seed of every configuration.")] = 0,
+    seed: Annotated[
+        int, typer.Option(min=0, max=2**31 - 1, help="First seed of every configuration.")
+    ] = 0,
     strategy: StrategyOption = None,
     popsize: PopsizeOption = None,
     generations: Annotated[

@@ -51,6 +51,8 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: no such file") from err
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: not valid TOML: {err}") from err
+    except UnicodeDecodeError as err:  # TOML is UTF-8
+        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from err
     except OSError as err:
         raise ConfigError(f"{path}: cannot read: {err.strerror}") from err
 

@@ -173,6 +173,8 @@ def _load_factory(source: str, attribute: str, name: str) -> Any:
     if source.endswith(".py") or "/" in source or "\\" in source:
         module = _load_file(Path(source), name)
     else:
+        if not all(part.isidentifier() for part in source.split(".")):
+            raise ConfigError(f"{name!r}: {source!r} is not a module name (package.module:factory)")
         try:
             module = _import_module(source)
         except ModuleNotFoundError as error:

@@ -53,6 +53,9 @@ def _load_task(
     return name, parsed, raw
 
 
+MAX_SEED = 2**31 - 1
+
+
 def resolve_config(
     task: str | Path | TaskConfig,
     *,
@@ -93,6 +96,8 @@ def resolve_config(
         raise ConfigError(f"seeds must be a positive integer, got {seeds!r}")
     if not isinstance(seed, int) or seed < 0:
         raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
+    if seed + seeds - 1 > MAX_SEED:  # seeds are int32 in the run state and its keys
+        raise ConfigError(f"seeds {seed}..{seed + seeds - 1} go beyond the largest, {MAX_SEED}")
     spec, run_generations, scaling = apply_popsize_rule(
         task_config, spec, popsize, generations, overrides
     )

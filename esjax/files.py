@@ -12,8 +12,18 @@ from pathlib import Path
 
 
 def atomic_write(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a fsynced temporary file and a rename."""
+    """Write ``data`` to ``path`` through a fsynced temporary file and a rename.
+
+    A symlink is written through (its target is replaced, not the link). Something that is not
+    a regular file (a FIFO, ``/dev/stdout``) is written to as it is: a rename would replace it.
+    """
     path = Path(path)
+    if path.is_symlink():
+        path = path.resolve()
+    if path.exists() and not path.is_file() and not path.is_dir():
+        with path.open("wb") as handle:
+            handle.write(data)
+        return
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.chmod(tmp, 0o644)  # mkstemp's 0600 would make run files private to one user

@@ -268,8 +268,11 @@ def read_cell(run_dir: Path) -> Cell:
             f"finish it with `esjax evolve --resume --out {run_dir}`"
         )
     summary = runs.read_summary(run_dir)
+    if not isinstance(summary, dict):
+        raise ConfigError(f"{run_dir / runs.SUMMARY}: not a run summary")
     threshold = config.task.solved_return
     returns, verdicts = summary.get("final_test_return_per_seed"), summary.get("solved_per_seed")
+    _check_per_seed(run_dir, returns, verdicts)
     if returns is None or (threshold is not None and verdicts is None):
         judged = backend_modules().saved.verdict(run_dir, config.seeds, threshold)
         returns, verdicts = judged.final_per_seed, judged.solved_per_seed
@@ -287,6 +290,20 @@ def read_cell(run_dir: Path) -> Cell:
         test_episodes=config.task.test_episodes,
         identity=_identity(config, summary.get("generations", config.generations)),
     )
+
+
+def _check_per_seed(run_dir: Path, returns: Any, verdicts: Any) -> None:
+    """A summary's per-seed lists, as esjax writes them: numbers, and true or false."""
+    where = run_dir / runs.SUMMARY
+    if returns is not None and not (
+        isinstance(returns, list)
+        and all(isinstance(r, int | float) and not isinstance(r, bool) for r in returns)
+    ):
+        raise ConfigError(f"{where}: final_test_return_per_seed is not a list of finite numbers")
+    if verdicts is not None and not (
+        isinstance(verdicts, list) and all(isinstance(v, bool) for v in verdicts)
+    ):
+        raise ConfigError(f"{where}: solved_per_seed is not a list of true or false")
 
 
 def _identity(config: RunConfig, generations: int) -> str:

@@ -249,18 +249,21 @@ def read_summary(run_dir: str | Path) -> dict[str, Any]:
 
 
 def load_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The rows of ``metrics.jsonl``; a torn last line (a crash mid-write) is skipped."""
+    """The rows of ``metrics.jsonl``; a torn last line (a crash mid-write) is skipped, and so
+    is any line that is not a JSON object (a file edited or damaged by hand)."""
     path = Path(run_dir) / METRICS
     if not path.is_file():
         if not is_run_dir(run_dir):
             raise ConfigError(f"{run_dir}: not an esjax run directory (no {CONFIG})")
         return []
     rows = []
-    for line in path.read_text().splitlines():
+    for line in path.read_text(errors="replace").splitlines():
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if isinstance(row, dict):
+            rows.append(row)
     return rows
 
 

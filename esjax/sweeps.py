@@ -84,15 +84,23 @@ def parse_vary(text: str) -> tuple[str, list[str]]:
     if "=" not in text:
         raise ConfigError(f"--vary {text!r}: expected KEY=V1,V2,...")
     key, raw = text.split("=", 1)
-    key = key.strip()
+    key = ".".join(part.strip() for part in key.strip().split("."))  # as --set reads it
     values = split_values(raw)
     if not key or any(not v for v in values):
         raise ConfigError(f"--vary {text!r}: expected KEY=V1,V2,... with no empty value")
-    if len(set(values)) != len(values):
+    # Compared as read (0.1 and 0.10, [32] and [ 32 ] are one value): each would run the same
+    # configuration again under another name.
+    read = [_as_read(parse_override(f"{key}={value}")[1]) for value in values]
+    if len(set(read)) != len(read):
         raise ConfigError(f"--vary {text!r}: a value is repeated")
-    for value in values:
-        parse_override(f"{key}={value}")
     return key, values
+
+
+def _as_read(value: Any) -> str:
+    """A value as a setting sees it: 1 and 1.0 are one number."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = float(value)
+    return json.dumps(value, sort_keys=True)
 
 
 def configurations(vary: Sequence[str]) -> list[Configuration]:
@@ -311,9 +319,15 @@ def read_spec(sweep_dir: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"{sweep_dir}: not a sweep directory (no {SWEEP})")
     try:
-        return json.loads(path.read_text())["spec"]
-    except (json.JSONDecodeError, KeyError) as err:
+        spec = json.loads(path.read_text())["spec"]
+    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: unreadable ({err})") from None
+    kinds = {"vary": list, "overrides": list, "seeds": int, "seed": int}
+    if not isinstance(spec, dict) or any(
+        not isinstance(spec.get(key), kind) for key, kind in kinds.items()
+    ):
+        raise ConfigError(f"{path}: not a sweep record (its spec lacks {', '.join(kinds)})")
+    return spec
 
 
 # ---------------------------------------------------------------------------- one program

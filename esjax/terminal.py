@@ -12,7 +12,7 @@ import contextlib
 import functools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -59,7 +59,12 @@ def exit_stopped(message: str, code: int, compiling: bool) -> NoReturn:
 
 
 def handles_errors(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Config errors become one line and exit code 2; Ctrl-C becomes exit code 130."""
+    """Config errors become one line and exit code 2; Ctrl-C becomes exit code 130.
+
+    A file the command cannot read or write where the user pointed it (``--out`` into a
+    folder that cannot be made, a path that is a directory) is one line and exit code 2 too:
+    the operating system's reason, with the path.
+    """
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -67,6 +72,10 @@ def handles_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             return command(*args, **kwargs)
         except ConfigError as error:
             print_error(str(error))
+            raise typer.Exit(EXIT_CONFIG) from None
+        except OSError as error:
+            where = f"{error.filename}: " if error.filename else ""
+            print_error(f"{where}{error.strerror or error}")
             raise typer.Exit(EXIT_CONFIG) from None
         except KeyboardInterrupt:
             err.print(Text("interrupted", style="yellow"))
@@ -84,6 +93,20 @@ def exit_lost(message: str) -> None:
     sys.stderr.flush()
     sys.stdout.flush()
     os._exit(EXIT_LOST)
+
+
+# What matplotlib's Agg canvas writes without a backend of its own (``esjax plot --out``).
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff", ".webp")
+
+
+def check_suffix(out: Path | None, allowed: Sequence[str]) -> None:
+    """``--out`` names a file of a kind the command writes, before any work is done."""
+    if out is None:
+        return
+    if out.is_dir():
+        raise ConfigError(f"--out {out}: a directory; name the file to write")
+    if out.suffix.lower() not in allowed:
+        raise ConfigError(f"--out {out}: expected a {', '.join(allowed)} file")
 
 
 def check_run_dir(path: Path) -> Path:

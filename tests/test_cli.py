@@ -317,3 +317,20 @@ def test_help_is_complete_with_an_example(command):
     assert f"esjax {command}".strip() in result.output.split("Examples", 1)[1]
     for word in HELP[command]:
         assert word in result.output, word
+
+
+def test_a_file_the_command_cannot_use_is_one_line_and_exit_2(tmp_path):
+    """Where --out points into a folder that cannot be made, or at a directory: the operating
+    system's reason with the path, not a traceback."""
+    import typer
+
+    from esjax.terminal import handles_errors
+
+    @handles_errors
+    def writes_into_a_file_as_a_folder():
+        (tmp_path / "file").write_text("x")
+        (tmp_path / "file" / "out.png").write_text("y")
+
+    with pytest.raises(typer.Exit) as stopped:
+        writes_into_a_file_as_a_folder()
+    assert stopped.value.exit_code == 2

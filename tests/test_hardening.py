@@ -99,6 +99,31 @@ BAD_INPUT = {
         ["bad.toml", "not an esjax run"],
     ),
     "unknown_env_id": (["evolve", "unknown_env.toml"], ["'Pendulum-v9'", "did you mean"]),
+    "task_not_utf8": (["evolve", "latin1.toml"], ["latin1.toml", "not UTF-8"]),
+    "seed_beyond_int32": (
+        ["evolve", "pendulum", "--seed", "2147483648"],
+        ["--seed", "2147483647"],
+    ),
+    "seeds_beyond_int32": (
+        ["evolve", "pendulum", "--seed", "2147483647", "--seeds", "2"],
+        ["go beyond the largest, 2147483647"],
+    ),
+    "env_module_not_a_name": (
+        ["evolve", "pendulum", "--set", 'env=".hidden:make"'],
+        ["'.hidden' is not a module name"],
+    ),
+    "vary_value_repeated_as_read": (
+        ["sweep", "pendulum", "--vary", "strategy_settings.learning_rate=0.1,0.10"],
+        ["a value is repeated"],
+    ),
+    "plot_to_a_format_it_cannot_write": (
+        ["plot", "plain", "--out", "fitness.mp4"],
+        ["--out fitness.mp4", "expected a .png"],
+    ),
+    "render_to_a_format_it_cannot_write": (
+        ["render", "plain", "--out", "episode.mp4"],
+        ["--out episode.mp4", "expected a .gif file"],
+    ),
     "env_kwargs_the_env_does_not_take": (
         ["evolve", "cartpole", "--set", "env_kwargs.pole_colour=2"],
         ["env: CartPole-v1: cannot make it", "env_kwargs {'pole_colour': 2}"],
@@ -142,6 +167,7 @@ def bad_input_results(tmp_path_factory):
         cwd = tmp_path_factory.mktemp(case)
         (cwd / "bad.toml").write_text(BAD_TOML)
         (cwd / "unknown_env.toml").write_text(UNKNOWN_ENV)
+        (cwd / "latin1.toml").write_bytes('description = "café"\n'.encode("latin-1"))
         (cwd / "plain").mkdir()
         (cwd / "plain" / "notes.txt").write_text("mine")
         if "--out" not in args:

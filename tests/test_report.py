@@ -382,3 +382,21 @@ def test_runs_that_would_mix_silently_are_refused(tmp_path):
     runs.write_json(sweep / "sweep.json", {"spec": {}, "configurations": []})
     with pytest.raises(ConfigError, match="the sweep has not finished"):
         collect([sweep])
+
+
+def test_a_damaged_summary_is_one_line(tmp_path):
+    from esjax.report import collect
+
+    run = make_run(tmp_path / "run", "cartpole", A_CART[:2])
+    for summary, message in [
+        ([1, 2], "not a run summary"),
+        ({"final_test_return_per_seed": ["a", "b"], "solved_per_seed": [True, False]},
+         "not a list of finite numbers"),
+        ({"final_test_return_per_seed": [1.0, None], "solved_per_seed": [True, False]},
+         "not a list of finite numbers"),
+        ({"final_test_return_per_seed": [1.0, 2.0], "solved_per_seed": [1, None]},
+         "not a list of true or false"),
+    ]:  # fmt: skip
+        (run / runs.SUMMARY).write_text(json.dumps(summary))
+        with pytest.raises(ConfigError, match=message):
+            collect([run])

@@ -243,3 +243,36 @@ def test_pendulum_defaults_reach_minus_200(tmp_path):
     assert summary.best_eval_return >= -200.0
     held_out = evaluate_run(summary.run_dir, episodes=128, which="best")
     assert held_out["mean"] >= -210.0  # fresh episodes: allow for selection on the eval set
+
+
+def test_atomic_write_writes_through_a_link_and_into_a_pipe(tmp_path):
+    """A rename would replace a symlink with a file, and a FIFO (or /dev/stdout) with one."""
+    import os
+    import stat
+    import threading
+
+    target = tmp_path / "target.csv"
+    target.write_text("old")
+    link = tmp_path / "link.csv"
+    link.symlink_to(target)
+    runs.atomic_write(link, b"new")
+    assert link.is_symlink() and target.read_bytes() == b"new"
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
+    reader.start()
+    runs.atomic_write(fifo, b"through the pipe")
+    reader.join(timeout=30)
+    assert received == [b"through the pipe"]
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+def test_metrics_lines_that_are_not_rows_are_skipped(tmp_path):
+    """A line edited or damaged by hand (valid JSON but not an object, or not UTF-8) is passed
+    over like a torn last line, not a crash in plot or export."""
+    (tmp_path / runs.METRICS).write_bytes(
+        b'{"generation": 1}\n[1, 2]\n3\n"text"\n\xff\xfe\n{"generation": 2}\n'
+    )
+    assert [row["generation"] for row in load_metrics(tmp_path)] == [1, 2]

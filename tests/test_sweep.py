@@ -442,3 +442,10 @@ def test_the_sweep_table_says_how_many_seeds_its_steps_to_threshold_average():
     out = io.StringIO()
     show_sweep(Console(file=out, width=200), record, rows, None)
     assert "(2/3)" in out.getvalue()
+
+
+def test_a_damaged_sweep_record_is_one_line(tmp_path):
+    for record in ({"spec": {}}, [], {"spec": {"vary": [], "overrides": [], "seeds": "x"}}):
+        (tmp_path / "sweep.json").write_text(json.dumps(record))
+        with pytest.raises(ConfigError, match=r"sweep\.json: (unreadable|not a sweep record)"):
+            sweeps.read_spec(tmp_path)
