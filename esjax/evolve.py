@@ -71,6 +71,8 @@ def resolve_config(
     overrides = list(overrides)
     name, task_config, raw = _load_task(task, overrides)
     check_task(task_config, name)
+    if strategy is not None and not str(strategy).strip():
+        raise ConfigError("strategy: empty; a name from `esjax list`, or leave it out")
     strategy_name = strategy or task_config.strategy
     # A task's strategy_settings are tuned for its own strategy; with another strategy only the
     # settings given explicitly as overrides apply.

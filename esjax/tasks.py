@@ -215,6 +215,11 @@ def check_task(config: TaskConfig, source: str = "task") -> None:
             f"{source}: episode_length: {config.env}'s params have no max_steps_in_episode to "
             "take it from; set episode_length in the task"
         )
+    if "train" in config.splits:  # the name --split and the report give the training range
+        raise ConfigError(
+            f"{source}: splits.train: 'train' is the training distribution ([env_sampler]); "
+            "give the split another name"
+        )
     discrete = is_discrete(env.action_space(default_params))
     check_param_types(config.env_params, default_params, source)
     try:

@@ -100,6 +100,11 @@ BAD_INPUT = {
     ),
     "unknown_env_id": (["evolve", "unknown_env.toml"], ["'Pendulum-v9'", "did you mean"]),
     "task_not_utf8": (["evolve", "latin1.toml"], ["latin1.toml", "not UTF-8"]),
+    "split_named_train": (
+        ["evolve", "pendulum", "--set", 'splits.train.l={dist="uniform",low=1,high=2}'],
+        ["splits.train", "the training distribution"],
+    ),
+    "empty_strategy": (["evolve", "pendulum", "--strategy", ""], ["strategy: empty"]),
     "seed_beyond_int32": (
         ["evolve", "pendulum", "--seed", "2147483648"],
         ["--seed", "2147483647"],
