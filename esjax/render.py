@@ -525,6 +525,8 @@ def render_run(
         path, value = parse_override(text)
         if len(path) != 1 or not isinstance(value, int | float) or isinstance(value, bool):
             raise ConfigError(f"--param {text!r}: expected NAME=NUMBER, e.g. l=1.6")
+        if not math.isfinite(value):
+            raise ConfigError(f"--param {text!r}: must be a finite number")
         pinned[path[0]] = value
     check_param_names(list(pinned), params, "--param")
     if pinned:
@@ -541,5 +543,8 @@ def render_run(
     states = [jax.device_get(states[i]) for i in picked]
     captions = [f"step {i:4d}  return {returns[i]:8.1f}" for i in picked]
     out = Path(out) if out is not None else Path(run_dir) / "episode.gif"
-    save_gif(task.env, states, params, out, captions=captions, fps=fps, draw=draw)
+    try:
+        save_gif(task.env, states, params, out, captions=captions, fps=fps, draw=draw)
+    except (ValueError, OverflowError) as error:  # a scene's geometry: a negative mass's root
+        raise ConfigError(f"cannot draw {task.env} with these env parameters ({error})") from None
     return out, returns[-1]

@@ -162,6 +162,11 @@ def test_render_gif(run, tmp_path):
     assert out.read_bytes()[:6] in (b"GIF89a", b"GIF87a")
     bad = esjax("render", run_dir, "--param", "length=2", "--out", out, cwd=tmp_path)
     assert_clean_error(bad, "'length'", "valid")
+    bad = esjax("render", run_dir, "--param", "g=nan", "--out", out, cwd=tmp_path)
+    assert_clean_error(bad, "--param 'g=nan'", "finite")
+    # A value the scene cannot draw (the bob's size is the root of its mass).
+    bad = esjax("render", run_dir, "--steps", "2", "--param", "m=-1", "--out", out, cwd=tmp_path)
+    assert_clean_error(bad, "cannot draw Pendulum-v1 with these env parameters")
 
 
 # ---------------------------------------------------------------------------- Ctrl-C
