@@ -383,7 +383,15 @@ def generation(
     summary = population_summary(config, k_rollout, path.params(population),
                                  config.obs_stats(state), runs, state.bounds)  # fmt: skip
     returns = summary.returns  # replicated: everything below runs on every device
-    sstate = path.tell(k_tell, population, to_fitness(returns), sstate)
+    told = path.tell(k_tell, population, to_fitness(returns), sstate)
+    if not strategy.population_based:
+        # A generation with no finite return carries no signal: a mean-based search stays
+        # where it was (CMA-style weights would otherwise move the mean and shrink the
+        # covariance on a flat, all-tied fitness). A population-based one (GA, DE, PSO) goes
+        # on, its variation alone moving it, as evosax's own loop would.
+        sstate = _tree_where(jnp.any(jnp.isfinite(returns)), told, sstate)
+    else:
+        sstate = told
     norm = norm_update(state.norm, summary) if config.normalize_obs else state.norm
     best = jnp.argmax(jnp.where(jnp.isfinite(returns), returns, -jnp.inf))
     new_state = RunState(
@@ -397,6 +405,11 @@ def generation(
         bounds=state.bounds,
     )
     return _strong(new_state), generation_metrics(returns, summary.lengths)
+
+
+def _tree_where(condition: jax.Array, new: PyTree, old: PyTree) -> PyTree:
+    """``new`` where ``condition`` holds, else ``old``, leaf by leaf (one scalar condition)."""
+    return jax.tree.map(lambda n, o: jnp.where(condition, n, o), new, old)
 
 
 def generation_block(

@@ -36,8 +36,9 @@ def to_fitness(returns: jax.Array) -> jax.Array:
     A non-finite return is replaced by a value just worse than the worst finite fitness of the
     generation (the next float up), so rank-based shaping puts it last and moment-based shaping
     (standardise, CMA weights) sees only finite numbers of the generation's own scale. When no
-    member is finite every fitness becomes 0: the shaped signal is flat and the strategy's mean
-    does not move.
+    member is finite every fitness becomes 0, and the engine keeps a mean-based strategy's
+    state as it was (:func:`esjax.engine.generation`): CMA-style weights would move the mean
+    even on a flat signal.
     """
     fitness = -jnp.asarray(returns, jnp.float32)
     finite = jnp.isfinite(fitness)

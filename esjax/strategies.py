@@ -93,6 +93,14 @@ def resolve_layers(
                     f"valid settings: {', '.join(table)}"
                 )
             settings[name] = _check_value(name, value, table[name], where)
+    if settings.get("optimizer") == "clipup" and (
+        settings.get("lr_decay", 1.0) != 1.0 or settings.get("lr_min", 0.0) != 0.0
+    ):
+        # evosax builds ClipUp around a constant step (its velocity cap is max_velocity / lr).
+        raise ConfigError(
+            f"{layers[-1][1]}: lr_decay and lr_min do not apply to clipup, whose learning "
+            "rate is constant; use optimizer = 'sgd' or 'adam' for a decaying step"
+        )
     loop = LoopSettings(**{name: settings.pop(name) for name in LOOP_SETTINGS if name in settings})
     return settings, loop
 
@@ -242,12 +250,15 @@ def _decaying(value: Any, decay: Any, floor: Any) -> optax.Schedule:
 
     optax's exponential decay with one transition step, written so that any of the three may
     be a traced array (a sweep vmaps them): the branches optax takes in Python are ``where``s.
+    A growing schedule (decay above 1) is capped at ``floor`` only when one is set: the
+    default floor of 0 would otherwise hold it at 0 from the start.
     """
 
     def schedule(count: jax.Array) -> jax.Array:
         p = count / 1
         decayed = jnp.where(count <= 0, value, value * jnp.power(decay, p))
-        clipped = jnp.where(decay < 1.0, jnp.maximum(decayed, floor), jnp.minimum(decayed, floor))
+        capped = jnp.where(floor > 0.0, jnp.minimum(decayed, floor), decayed)
+        clipped = jnp.where(decay < 1.0, jnp.maximum(decayed, floor), capped)
         constant = (decay == 1.0) | (decay == 0.0)
         return jnp.where(constant, jnp.asarray(value, clipped.dtype), clipped)
 

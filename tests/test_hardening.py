@@ -408,14 +408,39 @@ def test_nonfinite_returns_rank_worst_are_counted_and_the_search_goes_on(tmp_pat
     rows = runs.load_metrics(out)
     assert [r["nonfinite"] for r in rows] == [8, 8, 8]
     assert all(r["fitness_mean"] is None for r in rows)  # null: no finite member to average
-    for leaf in checkpoint_arrays(out).values():
-        if np.issubdtype(leaf.dtype, np.floating):
-            assert np.all(np.isfinite(leaf))
+    for name, leaf in checkpoint_arrays(out).items():
+        if not np.issubdtype(leaf.dtype, np.floating):
+            continue
+        # evosax's markers of "no best member yet": the strategy was never told anything.
+        if name == "state/strategy/best_fitness":
+            assert np.all(leaf == np.inf), leaf
+        elif name == "state/strategy/best_solution":
+            assert np.all(np.isnan(leaf))
+        else:
+            assert np.all(np.isfinite(leaf)), name
     # Ranking: a NaN or infinite return is worse than every finite one.
     from esjax.fitness import to_fitness
 
     fitness = np.asarray(to_fitness(np.array([-1e6, np.nan, 3.0, np.inf, -np.inf])))
     assert fitness.argmin() == 2 and fitness[[1, 3, 4]].min() > fitness[0]
+
+
+@pytest.mark.parametrize("strategy", ["cma_es", "snes"])
+def test_a_generation_without_a_finite_return_leaves_the_search_where_it_was(strategy, tmp_path):
+    """Every return -inf: the mean-based strategies that shape by CMA-style weights would
+    still step on the flat, all-tied fitness. Their search state after 3 such generations is
+    the one after 1 (none of them told the strategy anything)."""
+    overrides = [*SMALL, "env_params.max_torque=1e38"]
+    states = {}
+    for generations in (1, 3):
+        out = tmp_path / f"g{generations}"
+        evolve("pendulum", generations=generations, out=out, popsize=8, strategy=strategy,
+               overrides=overrides)  # fmt: skip
+        arrays = checkpoint_arrays(out)
+        states[generations] = {k: v for k, v in arrays.items() if k.startswith("state/strategy/")}
+    assert states[1].keys() == states[3].keys() and "state/strategy/mean" in states[1]
+    for name, value in states[1].items():
+        assert value.tobytes() == states[3][name].tobytes(), name
 
 
 # ---------------------------------------------------------------------------- security

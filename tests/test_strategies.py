@@ -608,3 +608,24 @@ def test_ars_takes_env_groups_of_mirrored_pairs():
     assert spec.loop.env_groups == 4
     with pytest.raises(ConfigError, match="does not split into env_groups = 8 groups of mirrored"):
         build_strategy(load_strategy("ARS", {"popsize": 8, "env_groups": 8}), 2)
+
+
+def test_a_growing_schedule_grows_unless_a_ceiling_is_set():
+    """A decay above 1 with the default floor of 0 grows the value (it was held at 0)."""
+    from esjax.strategies import _decaying
+
+    counts = np.arange(4)
+    grown = np.asarray(jax.vmap(_decaying(0.1, 1.5, 0.0))(counts))
+    np.testing.assert_allclose(grown, 0.1 * 1.5**counts, rtol=1e-6)
+    capped = np.asarray(jax.vmap(_decaying(0.1, 1.5, 0.2))(counts))
+    np.testing.assert_allclose(capped, np.minimum(0.1 * 1.5**counts, 0.2), rtol=1e-6)
+    shrunk = np.asarray(jax.vmap(_decaying(0.1, 0.5, 0.03))(counts))
+    np.testing.assert_allclose(shrunk, np.maximum(0.1 * 0.5**counts, 0.03), rtol=1e-6)
+
+
+def test_clipup_refuses_a_learning_rate_schedule_it_would_ignore():
+    with pytest.raises(ConfigError, match="lr_decay and lr_min do not apply to clipup"):
+        load_strategy("pgpe", {"lr_decay": 0.99})
+    with pytest.raises(ConfigError, match="do not apply to clipup"):
+        load_strategy("open_es", {"optimizer": "clipup", "lr_min": 0.001})
+    load_strategy("pgpe", {"learning_rate": 0.2})
