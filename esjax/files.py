@@ -7,6 +7,7 @@ the old version or the new one, never a mix. No JAX, so any layer may use it.
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -14,13 +15,11 @@ from pathlib import Path
 def atomic_write(path: str | Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a fsynced temporary file and a rename.
 
-    A symlink is written through (its target is replaced, not the link). Something that is not
-    a regular file (a FIFO, ``/dev/stdout``) is written to as it is: a rename would replace it.
+    What ``path`` names (following links) when it is neither a regular file nor a directory (a
+    FIFO, ``/dev/stdout``) is written to as it is: a rename would put a file in its place.
     """
     path = Path(path)
-    if path.is_symlink():
-        path = path.resolve()
-    if path.exists() and not path.is_file() and not path.is_dir():
+    if _special(path):
         with path.open("wb") as handle:
             handle.write(data)
         return
@@ -36,6 +35,15 @@ def atomic_write(path: str | Path, data: bytes) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+def _special(path: Path) -> bool:
+    """Whether ``path`` exists, through any links, as something other than a file or folder."""
+    try:
+        mode = path.stat().st_mode
+    except (OSError, RuntimeError):  # missing, a dangling link or a loop: a rename is right
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
 def fsync_dir(directory: Path) -> None:

@@ -546,5 +546,7 @@ def render_run(
     try:
         save_gif(task.env, states, params, out, captions=captions, fps=fps, draw=draw)
     except (ValueError, OverflowError) as error:  # a scene's geometry: a negative mass's root
+        if not (pinned or split):
+            raise
         raise ConfigError(f"cannot draw {task.env} with these env parameters ({error})") from None
     return out, returns[-1]

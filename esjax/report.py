@@ -299,7 +299,7 @@ def _check_per_seed(run_dir: Path, returns: Any, verdicts: Any) -> None:
         isinstance(returns, list)
         and all(isinstance(r, int | float) and not isinstance(r, bool) for r in returns)
     ):
-        raise ConfigError(f"{where}: final_test_return_per_seed is not a list of finite numbers")
+        raise ConfigError(f"{where}: final_test_return_per_seed is not a list of numbers")
     if verdicts is not None and not (
         isinstance(verdicts, list) and all(isinstance(v, bool) for v in verdicts)
     ):

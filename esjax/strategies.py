@@ -93,14 +93,6 @@ def resolve_layers(
                     f"valid settings: {', '.join(table)}"
                 )
             settings[name] = _check_value(name, value, table[name], where)
-    if settings.get("optimizer") == "clipup" and (
-        settings.get("lr_decay", 1.0) != 1.0 or settings.get("lr_min", 0.0) != 0.0
-    ):
-        # evosax builds ClipUp around a constant step (its velocity cap is max_velocity / lr).
-        raise ConfigError(
-            f"{layers[-1][1]}: lr_decay and lr_min do not apply to clipup, whose learning "
-            "rate is constant; use optimizer = 'sgd' or 'adam' for a decaying step"
-        )
     loop = LoopSettings(**{name: settings.pop(name) for name in LOOP_SETTINGS if name in settings})
     return settings, loop
 
@@ -142,7 +134,21 @@ def parse_strategy(
     settings, loop = resolve_layers(
         algorithm, [(settings_raw, source), (overrides or {}, overrides_source)]
     )
+    _check_clipup(settings, overrides_source)
     return StrategySpec(name, algorithm, settings, str(raw.get("description", "")), loop)
+
+
+def _check_clipup(settings: Mapping[str, Any], where: str) -> None:
+    """A new run's clipup takes no learning-rate schedule: evosax builds ClipUp around a
+    constant step (its velocity cap is max_velocity / lr), so one would be ignored. Runs made
+    before this check keep resuming with theirs, as ignored as it always was."""
+    if settings.get("optimizer") == "clipup" and (
+        settings.get("lr_decay", 1.0) != 1.0 or settings.get("lr_min", 0.0) != 0.0
+    ):
+        raise ConfigError(
+            f"{where}: lr_decay and lr_min do not apply to clipup, whose learning rate is "
+            "constant; use optimizer = 'sgd' or 'adam' for a decaying step"
+        )
 
 
 def load_strategy(

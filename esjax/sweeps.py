@@ -100,7 +100,7 @@ def _as_read(value: Any) -> str:
     """A value as a setting sees it: 1 and 1.0 are one number."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         value = float(value)
-    return json.dumps(value, sort_keys=True)
+    return json.dumps(value, sort_keys=True, default=str)  # TOML dates are not JSON
 
 
 def configurations(vary: Sequence[str]) -> list[Configuration]:

@@ -74,8 +74,9 @@ def handles_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             print_error(str(error))
             raise typer.Exit(EXIT_CONFIG) from None
         except OSError as error:
-            where = f"{error.filename}: " if error.filename else ""
-            print_error(f"{where}{error.strerror or error}")
+            if not error.filename:  # not about a path the user gave: a bug to show in full
+                raise
+            print_error(f"{error.filename}: {error.strerror or error}")
             raise typer.Exit(EXIT_CONFIG) from None
         except KeyboardInterrupt:
             err.print(Text("interrupted", style="yellow"))
@@ -96,7 +97,8 @@ def exit_lost(message: str) -> None:
 
 
 # What matplotlib's Agg canvas writes without a backend of its own (``esjax plot --out``).
-FIGURE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff", ".webp")
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg", ".svgz", ".jpg", ".jpeg", ".eps", ".ps", ".pgf",
+                   ".tif", ".tiff", ".webp", ".raw", ".rgba")  # fmt: skip
 
 
 def check_suffix(out: Path | None, allowed: Sequence[str]) -> None:

@@ -391,9 +391,9 @@ def test_a_damaged_summary_is_one_line(tmp_path):
     for summary, message in [
         ([1, 2], "not a run summary"),
         ({"final_test_return_per_seed": ["a", "b"], "solved_per_seed": [True, False]},
-         "not a list of finite numbers"),
+         "not a list of numbers"),
         ({"final_test_return_per_seed": [1.0, None], "solved_per_seed": [True, False]},
-         "not a list of finite numbers"),
+         "not a list of numbers"),
         ({"final_test_return_per_seed": [1.0, 2.0], "solved_per_seed": [1, None]},
          "not a list of true or false"),
     ]:  # fmt: skip

@@ -245,28 +245,34 @@ def test_pendulum_defaults_reach_minus_200(tmp_path):
     assert held_out["mean"] >= -210.0  # fresh episodes: allow for selection on the eval set
 
 
-def test_atomic_write_writes_through_a_link_and_into_a_pipe(tmp_path):
-    """A rename would replace a symlink with a file, and a FIFO (or /dev/stdout) with one."""
+def test_atomic_write_writes_into_a_pipe_rather_than_replacing_it(tmp_path):
+    """A rename would put a file in place of a FIFO or device node (``--out /dev/stdout``, a
+    link to the process's pipe); such a target is written to as it is, named or linked."""
     import os
     import stat
     import threading
 
-    target = tmp_path / "target.csv"
-    target.write_text("old")
-    link = tmp_path / "link.csv"
-    link.symlink_to(target)
-    runs.atomic_write(link, b"new")
-    assert link.is_symlink() and target.read_bytes() == b"new"
-
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
-    received = []
-    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
-    reader.start()
-    runs.atomic_write(fifo, b"through the pipe")
-    reader.join(timeout=30)
-    assert received == [b"through the pipe"]
-    assert stat.S_ISFIFO(fifo.stat().st_mode)
+    link = tmp_path / "stdout"
+    link.symlink_to(fifo)
+    for target in (fifo, link):
+        received = []
+        reader = threading.Thread(target=lambda got=received: got.append(fifo.read_bytes()))
+        reader.start()
+        runs.atomic_write(target, b"through the pipe")
+        reader.join(timeout=30)
+        assert received == [b"through the pipe"]
+    assert stat.S_ISFIFO(fifo.stat().st_mode) and link.is_symlink()
+    # A link to a regular file is still replaced by a new file (a run directory's files are
+    # never written through into another directory).
+    other = tmp_path / "other.json"
+    other.write_text("theirs")
+    mine = tmp_path / "mine.json"
+    mine.symlink_to(other)
+    runs.atomic_write(mine, b"mine")
+    assert not mine.is_symlink() and mine.read_bytes() == b"mine"
+    assert other.read_text() == "theirs"
 
 
 def test_metrics_lines_that_are_not_rows_are_skipped(tmp_path):

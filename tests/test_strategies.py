@@ -629,3 +629,8 @@ def test_clipup_refuses_a_learning_rate_schedule_it_would_ignore():
     with pytest.raises(ConfigError, match="do not apply to clipup"):
         load_strategy("open_es", {"optimizer": "clipup", "lr_min": 0.001})
     load_strategy("pgpe", {"learning_rate": 0.2})
+    # A run made before the check resumes: its stored settings are only completed, not refused.
+    from esjax.strategies import resolve_settings
+
+    stored = {**load_strategy("pgpe").settings, "lr_decay": 0.99}
+    assert resolve_settings("PGPE", [(stored, "config")])["lr_decay"] == 0.99
