@@ -51,6 +51,7 @@ from esjax.rollout import (
     PopulationSummary,
     RolloutResult,
     obs_moments,
+    tree_select,
 )
 from esjax.strategies import Strategy, mirrored, traced_settings, with_settings
 
@@ -389,7 +390,7 @@ def generation(
         # where it was (CMA-style weights would otherwise move the mean and shrink the
         # covariance on a flat, all-tied fitness). A population-based one (GA, DE, PSO) goes
         # on, its variation alone moving it, as evosax's own loop would.
-        sstate = _tree_where(jnp.any(jnp.isfinite(returns)), told, sstate)
+        sstate = tree_select(jnp.any(jnp.isfinite(returns)), told, sstate)
     else:
         sstate = told
     norm = norm_update(state.norm, summary) if config.normalize_obs else state.norm
@@ -405,11 +406,6 @@ def generation(
         bounds=state.bounds,
     )
     return _strong(new_state), generation_metrics(returns, summary.lengths)
-
-
-def _tree_where(condition: jax.Array, new: PyTree, old: PyTree) -> PyTree:
-    """``new`` where ``condition`` holds, else ``old``, leaf by leaf (one scalar condition)."""
-    return jax.tree.map(lambda n, o: jnp.where(condition, n, o), new, old)
 
 
 def generation_block(

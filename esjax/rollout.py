@@ -98,7 +98,8 @@ class Trajectory:
     valid: jax.Array
 
 
-def _tree_select(keep_new: jax.Array, new: PyTree, old: PyTree) -> PyTree:
+def tree_select(keep_new: jax.Array, new: PyTree, old: PyTree) -> PyTree:
+    """``new`` where ``keep_new`` holds, else ``old``, leaf by leaf."""
     return jax.tree.map(lambda a, b: jnp.where(keep_new, a, b), new, old)
 
 
@@ -472,9 +473,9 @@ def _masked_step(
         # After termination the env is frozen and the recurrent state reset, so nothing
         # computed past the boundary depends on the finished episode.
         keep = jnp.logical_and(alive, ~done)
-        next_state = _tree_select(keep, next_state, env_state)
+        next_state = tree_select(keep, next_state, env_state)
         next_obs = jnp.where(keep, next_obs, obs)
-        pstate = pstate.replace(carry=_tree_select(keep, pstate.carry, policy.initial_carry()))
+        pstate = pstate.replace(carry=tree_select(keep, pstate.carry, policy.initial_carry()))
         pstate = episode.observe(pstate, action, reward, done.astype(jnp.float32))
         new_carry = (next_obs, next_state, pstate, keep, ret, length, obs_sum, obs_sq_sum)
         out = Trajectory(obs, action, reward, ended | ~alive, alive) if trajectory else None
