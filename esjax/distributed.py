@@ -8,6 +8,13 @@ from typing import Any
 
 import jax
 
+# XLA's CPU collectives abort the whole process (SIGABRT) when one device's thread reaches a
+# collective this many seconds after another; XLA's own default is 40 s. The devices of one
+# process share its cores with whatever else the machine runs, and a long run beside other jobs
+# had one thread starved past 40 s at generation 30. A real deadlock still ends, later.
+COLLECTIVE_TIMEOUT_FLAG = "--xla_cpu_collective_call_terminate_timeout_seconds"
+COLLECTIVE_TIMEOUT_S = 900
+
 
 def use_cpu_cores(count: int | None = None) -> int:
     """Expose ``count`` CPU cores (default: all) as separate JAX CPU devices.
@@ -15,6 +22,8 @@ def use_cpu_cores(count: int | None = None) -> int:
     XLA runs one computation on one CPU thread; with one device per core, the population is
     sharded across cores and every core steps its own share. Must run before JAX starts its
     backends (before the first array is created). Returns the number of CPU devices in force.
+    Also gives the devices' collectives :data:`COLLECTIVE_TIMEOUT_S` to meet, unless
+    ``XLA_FLAGS`` already sets that timeout.
     """
     if count is None:
         count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -24,7 +33,16 @@ def use_cpu_cores(count: int | None = None) -> int:
     except RuntimeError:
         # Backends already started: keep what is there rather than fail a running program.
         return len(jax.devices("cpu"))
+    _allow_slow_collectives()
     return count
+
+
+def _allow_slow_collectives() -> None:
+    """Add the collective timeout to ``XLA_FLAGS``, read when the backends start."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if COLLECTIVE_TIMEOUT_FLAG not in flags:
+        timeout = f"{COLLECTIVE_TIMEOUT_FLAG}={COLLECTIVE_TIMEOUT_S}"
+        os.environ["XLA_FLAGS"] = f"{flags} {timeout}".strip()
 
 
 ENV_COORDINATOR = "ESJAX_COORDINATOR"

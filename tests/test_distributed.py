@@ -143,6 +143,29 @@ def test_past_32_devices_the_gradient_is_all_reduced():
     assert "ok" in done.stdout
 
 
+def test_cpu_devices_wait_long_for_each_other():
+    """use_cpu_cores gives the devices' collectives 900 s to meet (XLA's 40 s aborted a run
+    beside other jobs), keeps a timeout the user set, and XLA accepts the flag: a psum over
+    the two devices runs."""
+    script = """
+        import os, sys
+        from esjax import distributed
+        distributed.use_cpu_cores(2)
+        print("FLAGS", os.environ["XLA_FLAGS"])
+        import jax, jax.numpy as jnp
+        summed = jax.pmap(lambda x: jax.lax.psum(x, "d"), axis_name="d")(jnp.ones(2))
+        print("SUM", summed.tolist())
+    """
+    flag = "--xla_cpu_collective_call_terminate_timeout_seconds"
+    done = _python(script)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"FLAGS {flag}=900" in done.stdout
+    assert "SUM [2.0, 2.0]" in done.stdout
+    mine = _python(script, {"XLA_FLAGS": f"{flag}=5"})
+    assert mine.returncode == 0, mine.stderr[-3000:]
+    assert f"FLAGS {flag}=5\n" in mine.stdout
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
