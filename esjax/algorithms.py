@@ -84,7 +84,8 @@ _PROBE_DIMS = (6, 12)
 
 @dataclass(frozen=True)
 class Setting:
-    """One tunable: its default, its kind (``number``, ``int``, ``bool`` or a tuple of choices)."""
+    """One tunable: its default, its kind (``number``, ``positive``, ``nonnegative``, ``int``,
+    ``bool`` or a tuple of choices)."""
 
     default: Any
     kind: Any
@@ -236,16 +237,20 @@ _ELITES = {
     ),
 }
 _STD_SCHEDULE = {
-    "std_decay": Setting(1.0, "number", "std multiplied by this every generation"),
-    "std_min": Setting(0.0, "number", "floor of the decayed std"),
+    "std_decay": Setting(1.0, "nonnegative", "std multiplied by this every generation"),
+    "std_min": Setting(
+        0.0, "nonnegative", "floor of the decayed std (none at std_decay 1: nothing decays)"
+    ),
 }
 _OPTIMIZER = {
     "optimizer": Setting("adam", OPTIMIZERS, "optax optimizer on the mean"),
-    "learning_rate": Setting(0.05, "number", "optimizer step size"),
-    "lr_decay": Setting(1.0, "number", "learning rate multiplied by this every generation"),
-    "lr_min": Setting(0.0, "number", "floor of the decayed learning rate"),
+    "learning_rate": Setting(0.05, "positive", "optimizer step size"),
+    "lr_decay": Setting(1.0, "nonnegative", "learning rate multiplied by this every generation"),
+    "lr_min": Setting(
+        0.0, "nonnegative", "floor of the decayed learning rate (none at lr_decay 1)"
+    ),
     "momentum": Setting(0.9, "number", "sgd / clipup momentum; Adam's b1"),
-    "max_velocity": Setting(0.1, "number", "clipup: largest step norm"),
+    "max_velocity": Setting(0.1, "positive", "clipup: largest step norm"),
     "weight_decay": Setting(0.0, "number", "decoupled decay of the mean per generation"),
 }
 _RANK_GROUPS = {  # groups of members sharing episode starts (ranks taken within each)
@@ -300,7 +305,7 @@ def _esjax_settings(name: str, probed: _Probed) -> dict[str, Setting]:
     }
     if takes_std_schedule or "std_init" in probed.fields or probed.population_based:
         spread = "; also the spread of the initial population" if probed.population_based else ""
-        settings["std_init"] = Setting(0.1, "number", "initial perturbation std" + spread)
+        settings["std_init"] = Setting(0.1, "positive", "initial perturbation std" + spread)
     if probed.population_based:
         settings.update(_POPULATION_VALIDATION)
     if uses_elites(REGISTRY[name]):

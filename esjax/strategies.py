@@ -38,6 +38,16 @@ from esjax.fitness import grouped_shaping
 __all__ = ["OPTIMIZERS", "Setting", "Strategy", "StrategySpec", "build_strategy", "load_strategy"]
 
 
+# A numeric setting's kind: (strictly above?, bound, how a refusal names it). A std or a step
+# of zero or below searches nowhere or backwards; a negative decay flips the sign every
+# generation; a negative floor is no floor.
+NUMBER_BOUNDS = {
+    "number": (True, -math.inf, "a number"),
+    "positive": (True, 0.0, "a number above 0"),
+    "nonnegative": (False, 0.0, "a number at or above 0"),
+}
+
+
 def _check_value(name: str, value: Any, setting: Setting, where: str) -> Any:
     kind = setting.kind
     if value is None and setting.default is None:
@@ -48,10 +58,12 @@ def _check_value(name: str, value: Any, setting: Setting, where: str) -> Any:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
         raise ConfigError(f"{where}: {name} must be a positive integer or 'auto', got {value!r}")
-    if kind == "number":
-        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+    if kind in NUMBER_BOUNDS:
+        above, lowest, wanted = NUMBER_BOUNDS[kind]
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if number and math.isfinite(value) and (value > lowest if above else value >= lowest):
             return float(value)
-        raise ConfigError(f"{where}: {name} must be a number, got {value!r}")
+        raise ConfigError(f"{where}: {name} must be {wanted}, got {value!r}")
     if kind == "fraction":
         if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 1:
             return float(value)

@@ -94,6 +94,32 @@ def test_bad_values_and_algorithms():
         parse_strategy("x", {"algorithm": "Open_ES", "setting": {}}, "x.toml")
 
 
+@pytest.mark.parametrize(
+    ("strategy", "setting", "value", "wanted"),
+    [
+        ("open_es", "std_init", 0.0, "above 0"),
+        ("open_es", "std_init", -0.1, "above 0"),
+        ("SimpleGA", "std_init", 0, "above 0"),
+        ("open_es", "learning_rate", 0.0, "above 0"),
+        ("open_es", "lr_decay", -0.9, "at or above 0"),
+        ("open_es", "lr_min", -1e-3, "at or above 0"),
+        ("open_es", "std_decay", -0.5, "at or above 0"),
+        ("open_es", "std_min", -0.01, "at or above 0"),
+    ],
+)
+def test_stds_steps_decays_and_floors_below_their_range_are_refused(
+    strategy, setting, value, wanted
+):
+    """A std or step of 0 or below searches nowhere (or flips the direction), a negative decay
+    alternates the sign each generation: each is one line naming the setting, not a run that
+    silently goes nowhere. The edges that do make sense (a decay of 0 means constant, a floor of
+    0 means none) pass."""
+    with pytest.raises(ConfigError, match=rf"{setting} must be a number {wanted}, got "):
+        load_strategy(strategy, {setting: value})
+    for edge in ("lr_decay", "lr_min", "std_decay", "std_min"):
+        assert load_strategy("open_es", {edge: 0.0}).settings[edge] == 0.0
+
+
 def test_popsize_rules():
     spec = load_strategy("open_es")
     with pytest.raises(ConfigError, match="must be even"):
