@@ -1,9 +1,17 @@
 # Shared by the GPU scripts (sourced): a fail-fast smoke check and steps capped to a deadline.
 # They read $out (the output folder, with logs/ in it) and $deadline (in bash's SECONDS).
 
+# selected NAME: whether a step runs: every step when ONLY is unset, else those ONLY lists
+# (space-separated), so that a short lease can spend itself on the steps not yet measured.
+selected() {
+    [[ -z ${ONLY:-} || " $ONLY " == *" $1 "* ]]
+}
+
 # gpu_smoke [MODULE...]: versions, the device, and every suite the script uses, imported; on
-# any failure nothing else is worth running, so the script exits 3.
+# any failure nothing else is worth running, so the script exits 3. SMOKE=0 skips it (a second
+# script in the same call, after the first one's check passed).
 gpu_smoke() {
+    [[ ${SMOKE:-1} == 0 ]] && return
     python3 - "$@" >"$out/logs/smoke.log" 2>&1 <<'PY'
 import importlib, sys
 import jax, brax, mujoco, evosax, gymnax, mujoco_playground  # noqa: F401,E401

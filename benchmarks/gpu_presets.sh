@@ -6,6 +6,7 @@
 #
 #   bash benchmarks/gpu_presets.sh OUT_DIR [DEADLINE_S]
 #   ONLY=hopper bash benchmarks/gpu_presets.sh OUT_DIR 265  # one step (a second call)
+#   ONLY="halfcheetah halfcheetah-pop256" bash benchmarks/gpu_presets.sh OUT_DIR 300
 #   QUICK=1 bash benchmarks/gpu_presets.sh /tmp/gpu 300     # tiny sizes: checks the script
 set -u
 out=${1:?usage: gpu_presets.sh OUT_DIR [DEADLINE_S]}
@@ -40,7 +41,7 @@ source "$(dirname "$0")/gpu_common.sh"
 # step NAME CAP_S ARGS...: `esjax evolve ARGS` under min(CAP_S, time left less a margin).
 step() {
     local name=$1
-    [[ -n ${ONLY:-} && $name != "$ONLY" ]] && return
+    selected "$name" || return 0
     capped "$name" "$2" 15 python3 -m esjax evolve "${@:3}" --seed 1000 \
         --out "$out/runs/$name" "${quick[@]}" || return
     tail -n 4 "$out/logs/$name.log"
@@ -55,6 +56,8 @@ step cartpole-swingup 90 cartpole-swingup
 step pendulum-swingup 100 pendulum-swingup
 step cheetah-run 150 cheetah-run
 step hopper 250 hopper
+step halfcheetah 130 halfcheetah
+step halfcheetah-pop256 70 halfcheetah --popsize 256 --generations 60
 
 rm -f "$out/runs"/*/checkpoint*.msgpack "$out/runs"/*/*.png
 echo "$SECONDS s in all"
