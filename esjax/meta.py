@@ -42,7 +42,15 @@ def mean_ci(values: Sequence[float]) -> tuple[float, float]:
 
 
 def normalised(value: float, zero: float, oracle: float) -> float:
-    """``0`` at the zero-action return, ``1`` at the oracle's."""
+    """``0`` at the zero-action return, ``1`` at the oracle's.
+
+    Where the oracle earns exactly what zero actions do there is no scale, and a division would
+    give inf or nan that reads like a score: a ValueError says so instead.
+    """
+    if oracle == zero:
+        raise ValueError(
+            f"cannot normalise: the oracle's return equals the zero-action return ({zero})"
+        )
     return (value - zero) / (oracle - zero)
 
 

@@ -241,3 +241,14 @@ def test_random_baseline_draws_continuous_actions_uniformly_in_the_bounds():
     actions = jax.vmap(lambda k: policy.apply(policy.init(k), x, (), k)[0])(keys)
     assert actions.shape == (4000, 1)
     assert stats.kstest(np.asarray(actions[:, 0]), stats.uniform(-2, 4).cdf).pvalue > 0.001
+
+
+def test_normalised_score_refuses_an_oracle_no_better_than_zero_actions():
+    """0 at zero actions, 1 at the oracle, by hand; an oracle equal to zero actions has no
+    scale, which is a clear error rather than an inf or nan that reads like a score."""
+    from esjax.meta import normalised
+
+    assert normalised(-300.0, -900.0, -100.0) == pytest.approx(0.75)
+    assert normalised(-900.0, -900.0, -100.0) == 0.0
+    with pytest.raises(ValueError, match="oracle's return equals the zero-action return"):
+        normalised(-150.0, -200.0, -200.0)
