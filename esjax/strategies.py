@@ -459,9 +459,7 @@ def build_strategy(spec: StrategySpec, num_dims: int, popsize: int | None = None
             f"{spec.algorithm} cannot be built with popsize {n} and {num_dims} parameters: {reason}"
         ) from None
     if s.get("elite_ratio") is not None:
-        # An attribute, not a constructor argument; set before the params that derive from it
-        # (CMA-ES's recombination weights) are read.
-        es.elite_ratio = s["elite_ratio"]
+        _set_elite_ratio(es, s["elite_ratio"])
     defaults = es.default_params
     replace = {
         evosax_name: _param_value(getattr(defaults, evosax_name), s[name])
@@ -470,6 +468,23 @@ def build_strategy(spec: StrategySpec, num_dims: int, popsize: int | None = None
     }
     params = defaults.replace(**replace)
     return Strategy(spec, es, params, n, num_dims, found.population_based)
+
+
+def _set_elite_ratio(es: Any, ratio: float) -> None:
+    """Set evosax's ``elite_ratio``, an attribute rather than a constructor argument, before the
+    params that derive from it (CMA-ES's recombination weights) are read.
+
+    iAMaLGaM also sizes its anticipated-mean-shift group from the ratio, once, in its
+    constructor (evosax 0.3: ``0.5 * ratio * n / (n - elites)`` of the other ``n - 1``
+    members); that size is derived again here, or it would stay at the default ratio's. A
+    ratio near 1 would ask for more members than there are (or divide by zero): it is held at
+    ``n - 1``, as evosax draws the group without replacement.
+    """
+    es.elite_ratio = ratio
+    if hasattr(es, "ams_population_size"):
+        n, elites = es.population_size, es.num_elites
+        share = 0.5 * ratio * n / (n - elites) if elites < n else 1.0
+        es.ams_population_size = min(int(share * (n - 1)), n - 1)
 
 
 def with_settings(strategy: Strategy, values: Mapping[str, Any]) -> Strategy:

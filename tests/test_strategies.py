@@ -660,3 +660,20 @@ def test_clipup_refuses_a_learning_rate_schedule_it_would_ignore():
 
     stored = {**load_strategy("pgpe").settings, "lr_decay": 0.99}
     assert resolve_settings("PGPE", [(stored, "config")])["lr_decay"] == 0.99
+
+
+@pytest.mark.parametrize("algorithm", ["iAMaLGaM_Full", "iAMaLGaM_Univariate"])
+def test_iamalgam_sizes_its_mean_shift_group_from_the_elite_ratio_it_is_given(algorithm):
+    """iAMaLGaM shifts 0.5 * ratio * n / (n - elites) of the other n - 1 members along the mean
+    shift, a size its constructor fixes from its default ratio of 0.5. By hand, n = 20:
+    ratio 0.5 -> 10 elites, 0.5 * 0.5 * 20 / 10 * 19 = 9.5 -> 9; ratio 0.2 -> 4 elites,
+    0.5 * 0.2 * 20 / 16 * 19 = 2.375 -> 2; ratio 1 -> every member an elite, held at 19."""
+    sizes = {}
+    for ratio in (None, 0.2, 1.0):
+        extra = {} if ratio is None else {"elite_ratio": ratio}
+        strategy = build_strategy(load_strategy(algorithm, {"popsize": 20, **extra}), 5)
+        sizes[ratio] = strategy.es.ams_population_size
+        state = strategy.init(jax.random.key(1), jnp.zeros(5))
+        population, _ = strategy.ask(jax.random.key(0), state)
+        assert population.shape == (20, 5)
+    assert sizes == {None: 9, 0.2: 2, 1.0: 19}
