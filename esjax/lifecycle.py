@@ -21,7 +21,8 @@ A run can be killed at any instant and resumed to the same result:
 * **Stop signals.** SIGTERM, SIGINT, SIGHUP and SIGUSR1 (what schedulers, containers and
   Ctrl-C send before a kill) only set a flag; the loop finishes the block in flight,
   checkpoints it and raises :class:`Interrupted` (exit code 128 + the signal number). A
-  second signal while checkpointing just sets the flag again.
+  second signal while checkpointing just sets the flag again. After the last generation, a
+  signal leaves the final test before its next policy; the run resumes straight to the test.
 
 In a multi-process run every process computes the same replicated state; only process 0
 (the *writer*) writes the run directory, the others read it to resume.
@@ -525,19 +526,36 @@ class Run:
         """Whether :meth:`finish` tests this run's policies: the writer's, with a threshold."""
         return self.writer and self.config.task.solved_return is not None
 
-    def finish(self) -> RunSummary:
+    def finish(
+        self,
+        signals: StopSignals | None = None,
+        interrupted: Callable[[int, int], Exception] | None = None,
+    ) -> RunSummary:
         """Evaluate the final search mean and judge the run; the writer writes ``summary.json``.
 
         With a ``solved_return`` the writer tests every seed's saved final and best policy on
-        fresh test episodes (:func:`esjax.saved.verdict`, the one meaning of *solved*).
+        fresh test episodes (:func:`esjax.saved.verdict`, the one meaning of *solved*). A stop
+        signal in ``signals`` (default: the run's own) leaves that test unfinished and raises
+        ``interrupted(generation, signum)`` (default: :class:`Interrupted`): the run is
+        checkpointed at its last generation already, so a resume goes straight to the test.
         """
+        signals = signals or self.signals
         host = self.progress.host
         threshold = self.config.task.solved_return
         final = jax.device_get(self.engine.evaluate(self.state))
         wall_s = self.wall()  # the run's own time; testing its policies comes after
         judged = None
         if self.tested:
-            judged = backend_modules().saved.verdict(self.run_dir, len(self.seed_ids), threshold)
+            saved = backend_modules().saved
+            seeds = len(self.seed_ids)
+            try:
+                judged = saved.verdict(
+                    self.run_dir, seeds, threshold, lambda: signals.received is not None
+                )
+            except saved.VerdictStopped:
+                signum = signals.received
+                stop = interrupted or (lambda g, n: Interrupted(self.run_dir, g, n))
+                raise stop(self.generation, signum) from None
         summary = run_summary(self.run_dir, host, final, wall_s, threshold, judged)
         if self.writer:
             runs.write_json(self.run_dir / runs.SUMMARY, _summary_json(summary, host, final))

@@ -250,20 +250,34 @@ def solved(test_return: float, threshold: float) -> bool:
     return bool(test_return >= threshold)
 
 
-def verdict(run_dir: str | Path, seeds: int, threshold: float | None) -> Verdict:
+class VerdictStopped(Exception):
+    """The final test was left unfinished because ``stopped()`` turned true (a stop signal)."""
+
+
+def verdict(
+    run_dir: str | Path,
+    seeds: int,
+    threshold: float | None,
+    stopped: Callable[[], bool] = lambda: False,
+) -> Verdict:
     """Test every seed's final and best saved policy on the task's ``test_episodes`` fresh
-    episodes and judge the run."""
+    episodes and judge the run.
+
+    ``stopped`` is asked while the test program compiles and before each policy's test; once
+    it is true, :class:`VerdictStopped` is raised rather than testing the rest, so a stop signal
+    does not wait out a long test (the policies are on disk: a resume tests them again).
+    """
     built = make_test_rollout(run_dir)
     episodes = built[0].task.test_episodes
-    _wait_for_test_compile(built[1], episodes)
-    tested = {
-        which: tuple(
-            float(np.mean(SavedPolicy.load(run_dir, which, s, built=built).test_returns(episodes)))
-            for s in range(seeds)
-        )
-        for which in ("final", "best")
-    }
-    return Verdict(threshold, tested["final"], tested["best"], episodes)
+    _wait_for_test_compile(built[1], episodes, stopped)
+    tested: dict[str, list[float]] = {"final": [], "best": []}
+    for which, returns in tested.items():
+        for s in range(seeds):
+            if stopped():
+                raise VerdictStopped(run_dir)
+            policy = SavedPolicy.load(run_dir, which, s, built=built)
+            returns.append(float(np.mean(policy.test_returns(episodes))))
+    return Verdict(threshold, tuple(tested["final"]), tuple(tested["best"]), episodes)
 
 
 def compile_verdicts_in_background(run_dirs: Sequence[str | Path]) -> None:
@@ -307,12 +321,15 @@ def compile_verdicts_in_background(run_dirs: Sequence[str | Path]) -> None:
     thread.start()
 
 
-def _wait_for_test_compile(rollout: Any, episodes: int) -> None:
-    """Join a background compile of this test program: compiling it twice at once gains
-    nothing."""
+def _wait_for_test_compile(rollout: Any, episodes: int, stopped: Callable[[], bool]) -> None:
+    """Join a background compile of this test program (compiling it twice at once gains
+    nothing), in short slices: a signal does not end a thread's join, and ``stopped`` ends the
+    wait with :class:`VerdictStopped`."""
     thread = _TEST_COMPILES.pop((rollout, episodes), None)
-    if thread is not None:
-        thread.join()
+    while thread is not None and thread.is_alive():
+        if stopped():
+            raise VerdictStopped(rollout)
+        thread.join(0.05)
 
 
 # (test rollout, episodes) -> the thread compiling its test program (compile_verdicts_in_background)

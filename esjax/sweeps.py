@@ -407,6 +407,10 @@ def run_program(
     programs, each to the same numbers.
     """
     first = members[0][1]  # every member has the same seeds: they are stacked together
+
+    def stopped(generation: int, signum: int) -> SweepInterrupted:
+        return SweepInterrupted(sweep_dir, generation, signum)
+
     check_memory(dataclasses.replace(first, seeds=first.seeds * len(members)))
     with contextlib.ExitStack() as stack:
         opened = [_open(stack, engine, run_dir, config) for run_dir, config in members]
@@ -429,13 +433,11 @@ def run_program(
                 block=engine.block,
                 signals=signals,
                 checkpoint_every_s=CHECKPOINT_EVERY_S,
-                interrupted=lambda generation, signum: SweepInterrupted(
-                    sweep_dir, generation, signum
-                ),
+                interrupted=stopped,
                 reports=loggers,
             )
         for run in opened:
-            run.finish()
+            run.finish(signals, stopped)
 
 
 def _open(stack: contextlib.ExitStack, engine: Any, run_dir: Path, config: RunConfig) -> Run:

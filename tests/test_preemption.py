@@ -276,6 +276,38 @@ def test_a_stop_while_the_evaluation_compiles_does_not_wait_for_it(tmp_path, mon
     assert_same_result(tmp_path / "run", reference_run(tmp_path))
 
 
+def test_a_stop_during_the_final_test_leaves_it_and_a_resume_tests_again(
+    reference, tmp_path, monkeypatch
+):
+    """A signal while the final test runs stops it before the next policy's test (a 16-seed
+    test can take minutes) with 128 + the signal, and no summary; the run is checkpointed at
+    its last generation, and a resume only tests, to the uninterrupted run's verdict."""
+    from esjax import saved
+
+    real_test = saved.SavedPolicy.test_returns
+    calls = []
+
+    def test_returns(self, *args, **kwargs):
+        calls.append(self)
+        signal.raise_signal(signal.SIGTERM)  # the run's handler only records it
+        return real_test(self, *args, **kwargs)
+
+    out = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        patch.setattr(saved.SavedPolicy, "test_returns", test_returns)
+        with pytest.raises(Interrupted) as err:
+            evolve("pendulum", generations=TOTAL, out=out, **RUN)
+    assert err.value.exit_code == 143 and err.value.generation == TOTAL
+    assert len(calls) == 1  # the final policy of seed 0, then no other (final and best)
+    assert not (out / runs.SUMMARY).exists()
+    assert runs.load_checkpoint(out)[0]["generation"] == TOTAL
+    evolve(None, out=out, resume=True)
+    assert_same_result(out, reference)
+    mine, expected = runs.read_summary(out), runs.read_summary(reference)
+    for key in ("final_test_return_per_seed", "best_test_return_per_seed", "solved"):
+        assert mine[key] == expected[key], key
+
+
 def test_a_stopped_command_leaves_at_once_only_while_a_compile_runs(monkeypatch):
     """Python would wait for a compiling thread at exit; a stopped command does not."""
     import typer
