@@ -252,15 +252,23 @@ class PopulationRollout:
         pop_params: PyTree,
         num_rollouts: int = 1,
         obs_stats: ObsStats | None = None,
-    ) -> None:
-        """Compile :meth:`population` for these arguments' shapes, without running it.
+    ) -> int:
+        """Compile :meth:`population` for these arguments' shapes, without running it; returns
+        the bytes its run will hold on each device (XLA's memory analysis: arguments, outputs
+        and scratch), 0 where the backend does not say.
 
         A later call with arguments of the same shapes, dtypes and placement finds the
         program compiled (JAX keeps it with the jitted function), so a caller can compile
-        ahead, in a thread of its own, what it will run later. The numbers do not change.
+        ahead, in a thread of its own, what it will run later, or check that it fits before
+        running it. The numbers do not change.
         """
         args = self._population_args(key, pop_params, num_rollouts, obs_stats, None)
-        self._population.lower(*args, num_rollouts=num_rollouts, trajectory=False).compile()
+        lowered = self._population.lower(*args, num_rollouts=num_rollouts, trajectory=False)
+        analysis = lowered.compile().memory_analysis()
+        if analysis is None:
+            return 0
+        parts = ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes")
+        return int(sum(getattr(analysis, part, 0) for part in parts))
 
     def _population_args(self, key, pop_params, num_rollouts, obs_stats, bounds) -> tuple:
         """What :meth:`population` hands its jitted program, in one place: a program compiled

@@ -34,6 +34,7 @@ from esjax.baselines import check_baseline, reference_returns
 from esjax.config import DEFAULT_TEST_EPISODES, ConfigError, RunConfig, TaskConfig
 from esjax.engine import flat_template, seed_keys
 from esjax.episode import EpisodeStep, episode_keys, split_step_key, step_keys
+from esjax.memory import check_program_fits
 from esjax.programs import COMPILE_THREAD
 from esjax.rollout import ObsStats
 from esjax.tasks import shared_rollout
@@ -140,6 +141,13 @@ class SavedPolicy:
         key, params, obs_stats = self.test_inputs(zero=zero)
         return np.asarray(self.rollout.population(key, params, episodes, obs_stats).returns[0])
 
+    def check_test_fits(self, episodes: int) -> None:
+        """A ConfigError when testing ``episodes`` episodes at once would not fit in memory.
+        Compiles the test's program, which the test then finds compiled."""
+        needed = self.rollout.compile_population(*self.test_inputs()[:2], episodes)
+        devices = list(self.rollout.devices)
+        check_program_fits(needed, devices, f"testing {episodes:,} episodes", "--episodes")
+
 
 def load_policy(run_dir: str | Path, which: str = "final", seed: int = 0) -> Controller:
     """The final (search mean) or best evaluated policy of seed index ``seed`` of a run."""
@@ -165,8 +173,12 @@ def evaluate_run(
         # checked before the test rollout is built (seconds), so a bad count fails at once
         raise ConfigError(f"episodes must be a positive integer, got {episodes!r}")
     built = built or make_test_rollout(run_dir, split)
-    episodes = built[0].task.test_episodes if episodes is None else episodes
-    returns = SavedPolicy.load(run_dir, which, seed, built=built).test_returns(episodes)
+    policy = SavedPolicy.load(run_dir, which, seed, built=built)
+    if episodes is None:
+        episodes = built[0].task.test_episodes
+    else:  # the caller's count: any size, so checked before it runs
+        policy.check_test_fits(episodes)
+    returns = policy.test_returns(episodes)
     return {
         "mean": float(np.mean(returns)),
         "std": float(np.std(returns)),

@@ -504,3 +504,26 @@ def test_memory_preflight_refuses_an_impossible_network_without_allocating(tmp_p
     assert "popsize 8" in message and "10,000,600,001" in message  # 3 -> 1e5 -> 1e5 -> 1 MLP
     assert "policy.hidden" in message
     assert not (tmp_path / "run").exists()
+
+
+def test_eval_refuses_more_test_episodes_than_memory_holds_before_running(reference):
+    """esjax eval --episodes N compiles the test, reads XLA's memory analysis, and refuses a
+    count past the memory available in one line, instead of a crash or the kernel's OOM kill.
+    The bytes are linear in N: 1e12 episodes need 1,000x what 1e9 do (within 1 %)."""
+    from esjax.memory import available_memory
+    from esjax.saved import SavedPolicy, evaluate_run
+
+    policy = SavedPolicy.load(reference)
+    per_device = [
+        policy.rollout.compile_population(*policy.test_inputs()[:2], n) for n in (10**9, 10**12)
+    ]
+    assert per_device[1] == pytest.approx(1000 * per_device[0], rel=0.01)
+    available, _ = available_memory(list(policy.rollout.devices))
+    assert available is not None and per_device[1] > available  # the premise of the refusal
+    with pytest.raises(ConfigError) as err:
+        evaluate_run(reference, episodes=10**12)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith("testing 1,000,000,000,000 episodes needs about")
+    assert message.endswith("available; lower --episodes")
+    assert evaluate_run(reference, episodes=64)["episodes"] == 64  # a count that fits runs
