@@ -37,10 +37,18 @@ def use_cpu_cores(count: int | None = None) -> int:
     return count
 
 
+# The first jaxlib the flag was checked on: XLA ends the process at an XLA_FLAGS entry it does
+# not know, so an older jaxlib keeps XLA's own timeout rather than risk that.
+COLLECTIVE_TIMEOUT_SINCE = (0, 10)
+
+
 def _allow_slow_collectives() -> None:
     """Add the collective timeout to ``XLA_FLAGS``, read when the backends start."""
+    import jaxlib
+
+    version = tuple(int(part) for part in re.findall(r"\d+", jaxlib.__version__)[:2])
     flags = os.environ.get("XLA_FLAGS", "")
-    if COLLECTIVE_TIMEOUT_FLAG not in flags:
+    if version >= COLLECTIVE_TIMEOUT_SINCE and COLLECTIVE_TIMEOUT_FLAG not in flags:
         timeout = f"{COLLECTIVE_TIMEOUT_FLAG}={COLLECTIVE_TIMEOUT_S}"
         os.environ["XLA_FLAGS"] = f"{flags} {timeout}".strip()
 

@@ -85,7 +85,9 @@ def baseline_record(
     }
     if baseline == "analytic":
         zero, top = summary[baseline_label("zero")]["mean"], summary["analytic"]["mean"]
-        record["score_vs_analytic"] = (policy["mean"] - zero) / (top - zero)
+        # No score where the analytic controller earns what zero actions do (as in --grid).
+        score = meta.normalised(policy["mean"], zero, top) if top != zero else None
+        record["score_vs_analytic"] = score
     if baseline == "random":
         record["margin_over_random"] = policy["mean"] - summary["random"]["mean"]
     return record

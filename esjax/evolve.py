@@ -174,7 +174,8 @@ def _strategy_spec(config: RunConfig) -> StrategySpec:
     """The run's strategy with settings esjax added since the run was made at their defaults."""
     spec = config.strategy
     strategies = backend_modules().strategies
-    settings = strategies.resolve_settings(spec.algorithm, [(spec.settings, "config")])
+    layers = [(spec.settings, "config")]
+    settings = strategies.resolve_settings(spec.algorithm, layers, stored=True)
     return dataclasses.replace(spec, settings=settings)
 
 

@@ -143,10 +143,17 @@ class SavedPolicy:
 
     def check_test_fits(self, episodes: int) -> None:
         """A ConfigError when testing ``episodes`` episodes at once would not fit in memory.
-        Compiles the test's program, which the test then finds compiled."""
-        needed = self.rollout.compile_population(*self.test_inputs()[:2], episodes)
-        devices = list(self.rollout.devices)
-        check_program_fits(needed, devices, f"testing {episodes:,} episodes", "--episodes")
+        Compiles the test's program, which the test then finds compiled; once per program
+        and count in a process (a sweep's summary tests every seed's two policies)."""
+        checked = (self.rollout, episodes)
+        if checked in _FITTING_TESTS:
+            return
+        key, params, obs_stats = self.test_inputs()
+        needed = self.rollout.compile_population(key, params, episodes, obs_stats)
+        # One member runs on one device (esjax.sharding.over_devices): its bytes are counted once.
+        device = list(self.rollout.devices)[:1]
+        check_program_fits(needed, device, f"testing {episodes:,} episodes", "--episodes")
+        _FITTING_TESTS.add(checked)
 
 
 def load_policy(run_dir: str | Path, which: str = "final", seed: int = 0) -> Controller:
@@ -337,15 +344,18 @@ def _wait_for_test_compile(rollout: Any, episodes: int, stopped: Callable[[], bo
     """Join a background compile of this test program (compiling it twice at once gains
     nothing), in short slices: a signal does not end a thread's join, and ``stopped`` ends the
     wait with :class:`VerdictStopped`."""
-    thread = _TEST_COMPILES.pop((rollout, episodes), None)
+    thread = _TEST_COMPILES.get((rollout, episodes))
     while thread is not None and thread.is_alive():
-        if stopped():
+        if stopped():  # the thread stays listed: a test in this process later waits for it
             raise VerdictStopped(rollout)
         thread.join(0.05)
+    _TEST_COMPILES.pop((rollout, episodes), None)
 
 
 # (test rollout, episodes) -> the thread compiling its test program (compile_verdicts_in_background)
 _TEST_COMPILES: dict[tuple[Any, int], threading.Thread] = {}
+# (test rollout, episodes) whose test was found to fit in memory (SavedPolicy.check_test_fits)
+_FITTING_TESTS: set[tuple[Any, int]] = set()
 
 
 def read_verdict(summary: dict[str, Any]) -> Verdict | None:

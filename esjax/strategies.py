@@ -48,8 +48,8 @@ NUMBER_BOUNDS = {
 }
 
 
-def _check_value(name: str, value: Any, setting: Setting, where: str) -> Any:
-    kind = setting.kind
+def _check_value(name: str, value: Any, setting: Setting, where: str, stored: bool) -> Any:
+    kind = "number" if stored and setting.kind in NUMBER_BOUNDS else setting.kind
     if value is None and setting.default is None:
         return None
     if kind == "popsize":
@@ -87,13 +87,16 @@ def _check_value(name: str, value: Any, setting: Setting, where: str) -> Any:
 
 
 def resolve_layers(
-    algorithm: str, layers: list[tuple[Mapping[str, Any], str]]
+    algorithm: str, layers: list[tuple[Mapping[str, Any], str]], *, stored: bool = False
 ) -> tuple[dict[str, Any], LoopSettings]:
     """``(settings, loop)``: defaults of ``algorithm`` overlaid by each ``(settings, source)``.
 
     Every layer spells the loop's settings among the strategy's; they are checked against the
     same table (an algorithm takes only those that apply to it) and then kept apart, typed.
     An unknown setting names its source and lists the settings this algorithm takes.
+    ``stored``: the settings of a run made earlier, which resumes as it ran, so a numeric
+    setting is held only to being a finite number, as every version checked it; the ranges
+    added since (:data:`NUMBER_BOUNDS`) are for new runs.
     """
     table = settings_table(algorithm)
     settings = {name: s.default for name, s in table.items()}
@@ -104,14 +107,16 @@ def resolve_layers(
                     f"{where}: {algorithm} has no setting {name!r}{suggest(name, list(table))}; "
                     f"valid settings: {', '.join(table)}"
                 )
-            settings[name] = _check_value(name, value, table[name], where)
+            settings[name] = _check_value(name, value, table[name], where, stored)
     loop = LoopSettings(**{name: settings.pop(name) for name in LOOP_SETTINGS if name in settings})
     return settings, loop
 
 
-def resolve_settings(algorithm: str, layers: list[tuple[Mapping[str, Any], str]]) -> dict[str, Any]:
+def resolve_settings(
+    algorithm: str, layers: list[tuple[Mapping[str, Any], str]], *, stored: bool = False
+) -> dict[str, Any]:
     """The strategy's own settings of :func:`resolve_layers` (the loop's left out)."""
-    return resolve_layers(algorithm, layers)[0]
+    return resolve_layers(algorithm, layers, stored=stored)[0]
 
 
 def parse_strategy(

@@ -255,9 +255,17 @@ def _run_unfinished(
     on_progress: Callable[[dict[str, Any]], None] | None,
     on_configuration: Callable[[Configuration, int, int], None] | None,
 ) -> None:
-    """Run, program by program, the configurations without a ``summary.json`` (unfinished)."""
+    """Run, program by program, the configurations without a ``summary.json`` (unfinished).
+
+    A configuration that finished without its figure (a stop signal came during a later
+    configuration's final test) gets it drawn here, on the resume.
+    """
     for members, engine in programs(grid, resolved):
         pending = [i for i in members if not (sweep_dir / grid[i].name / runs.SUMMARY).is_file()]
+        for i in members:
+            run_dir = sweep_dir / grid[i].name
+            if i not in pending and not (run_dir / "fitness.png").is_file():
+                plot_runs([run_dir], run_dir / "fitness.png")
         if not pending:
             continue  # finished earlier
         if on_configuration is not None:

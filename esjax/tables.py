@@ -89,8 +89,11 @@ def show_baseline_test(console: Console, record: dict[str, Any]) -> None:
         table.add_row(name, str(record["episodes"]), *(number(stats[k], 2) for k in stats))
     console.print(table)
     if "score_vs_analytic" in record:
+        score = record["score_vs_analytic"]
+        shown = "none (the analytic controller earns what zero actions do)"
         console.print(
-            f"normalised score (0 = zero action, 1 = analytic): {record['score_vs_analytic']:.3f}"
+            "normalised score (0 = zero action, 1 = analytic): "
+            + (shown if score is None else f"{score:.3f}")
         )
     if "margin_over_random" in record:
         console.print(f"margin over random actions: {record['margin_over_random']:+.3f}")

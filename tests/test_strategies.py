@@ -677,3 +677,25 @@ def test_iamalgam_sizes_its_mean_shift_group_from_the_elite_ratio_it_is_given(al
         population, _ = strategy.ask(jax.random.key(0), state)
         assert population.shape == (20, 5)
     assert sizes == {None: 9, 0.2: 2, 1.0: 19}
+
+
+def test_a_stored_run_keeps_its_settings_that_new_runs_refuse():
+    """A run made before the ranges (a step of 0, a negative floor) resumes as it ran: its
+    stored config is held only to finite numbers, while a new run with the same settings is
+    refused."""
+    import dataclasses as dc
+
+    from esjax.evolve import _strategy_spec, resolve_config
+
+    old = {"learning_rate": 0.0, "lr_min": -1.0, "std_init": 0.05}
+    with pytest.raises(ConfigError, match="learning_rate must be a number above 0"):
+        resolve_config("pendulum", overrides=["strategy_settings.learning_rate=0.0"])
+    config = resolve_config("pendulum")
+    stored = dc.replace(
+        config, strategy=dc.replace(config.strategy, settings={**config.strategy.settings, **old})
+    )
+    settings = _strategy_spec(stored).settings
+    assert {name: settings[name] for name in old} == old
+    with pytest.raises(ConfigError, match="must be a number, got"):
+        bad = dc.replace(stored.strategy, settings={**stored.strategy.settings, "lr_min": "x"})
+        _strategy_spec(dc.replace(stored, strategy=bad))
