@@ -105,9 +105,9 @@ def test_the_final_test_compiles_while_the_run_trains(normalize, tmp_path, monke
     real_wait = saved._wait_for_test_compile
     ahead = []
 
-    def wait_then_listen(rollout, episodes):
+    def wait_then_listen(rollout, episodes, stopped):
         ahead.append(saved._TEST_COMPILES.get((rollout, episodes)))
-        real_wait(rollout, episodes)
+        real_wait(rollout, episodes, stopped)
         jax.monitoring.register_event_duration_secs_listener(listen)
 
     monkeypatch.setattr(saved, "_wait_for_test_compile", wait_then_listen)
