@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 import jax
+import jaxlib
 
 # XLA's CPU collectives abort the whole process (SIGABRT) when one device's thread reaches a
 # collective this many seconds after another; XLA's own default is 40 s. The devices of one
@@ -14,6 +15,9 @@ import jax
 # had one thread starved past 40 s at generation 30. A real deadlock still ends, later.
 COLLECTIVE_TIMEOUT_FLAG = "--xla_cpu_collective_call_terminate_timeout_seconds"
 COLLECTIVE_TIMEOUT_S = 900
+# The first jaxlib the flag was checked on: XLA ends the process at an XLA_FLAGS entry it does
+# not know, so an older jaxlib keeps XLA's own timeout rather than risk that.
+COLLECTIVE_TIMEOUT_SINCE = (0, 10)
 
 
 def use_cpu_cores(count: int | None = None) -> int:
@@ -37,15 +41,8 @@ def use_cpu_cores(count: int | None = None) -> int:
     return count
 
 
-# The first jaxlib the flag was checked on: XLA ends the process at an XLA_FLAGS entry it does
-# not know, so an older jaxlib keeps XLA's own timeout rather than risk that.
-COLLECTIVE_TIMEOUT_SINCE = (0, 10)
-
-
 def _allow_slow_collectives() -> None:
     """Add the collective timeout to ``XLA_FLAGS``, read when the backends start."""
-    import jaxlib
-
     version = tuple(int(part) for part in re.findall(r"\d+", jaxlib.__version__)[:2])
     flags = os.environ.get("XLA_FLAGS", "")
     if version >= COLLECTIVE_TIMEOUT_SINCE and COLLECTIVE_TIMEOUT_FLAG not in flags:

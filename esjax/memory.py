@@ -119,12 +119,11 @@ def estimate(
     return MemoryEstimate(per_device * shared, available, where, num_dims, popsize)
 
 
-def check_program_fits(per_device: int, devices: list[Any], what: str, knob: str) -> None:
-    """One line when a compiled program's ``per_device`` bytes (CPU devices share the host's)
-    exceed the memory available, before it runs: an allocation past it is a crash or the
-    kernel's OOM kill, with no message a user could act on."""
-    available, where = available_memory(devices)
-    needed = per_device * (len(devices) if devices[0].platform == "cpu" else 1)
+def check_program_fits(needed: int, device: Any, what: str, knob: str) -> None:
+    """One line when a compiled program running on ``device`` needs more bytes than the memory
+    available, before it runs: an allocation past it is a crash or the kernel's OOM kill, with
+    no message a user could act on."""
+    available, where = available_memory([device])
     if available is not None and needed > available:
         raise ConfigError(
             f"{what} needs about {_gib(needed)} but {where} has {_gib(available)} "

@@ -151,7 +151,7 @@ class SavedPolicy:
         key, params, obs_stats = self.test_inputs()
         needed = self.rollout.compile_population(key, params, episodes, obs_stats)
         # One member runs on one device (esjax.sharding.over_devices): its bytes are counted once.
-        device = list(self.rollout.devices)[:1]
+        device = self.rollout.devices[0]
         check_program_fits(needed, device, f"testing {episodes:,} episodes", "--episodes")
         _FITTING_TESTS.add(checked)
 
