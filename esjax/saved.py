@@ -282,9 +282,11 @@ def verdict(
     """Test every seed's final and best saved policy on the task's ``test_episodes`` fresh
     episodes and judge the run.
 
-    ``stopped`` is asked while the test program compiles and before each policy's test; once
+    ``stopped`` is asked while the test program compiles and around each policy's test; once
     it is true, :class:`VerdictStopped` is raised rather than testing the rest, so a stop signal
-    does not wait out a long test (the policies are on disk: a resume tests them again).
+    does not wait out a long test (the policies are on disk: a resume tests them again). A
+    signal during the last policy's test stops the run too: the command exits as signalled,
+    whatever policy the signal fell on.
     """
     built = make_test_rollout(run_dir)
     episodes = built[0].task.test_episodes
@@ -296,6 +298,8 @@ def verdict(
                 raise VerdictStopped(run_dir)
             policy = SavedPolicy.load(run_dir, which, s, built=built)
             returns.append(float(np.mean(policy.test_returns(episodes))))
+    if stopped():
+        raise VerdictStopped(run_dir)
     return Verdict(threshold, tuple(tested["final"]), tuple(tested["best"]), episodes)
 
 

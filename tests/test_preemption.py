@@ -276,12 +276,14 @@ def test_a_stop_while_the_evaluation_compiles_does_not_wait_for_it(tmp_path, mon
     assert_same_result(tmp_path / "run", reference_run(tmp_path))
 
 
+@pytest.mark.parametrize("tested_when_signalled", [1, 2])
 def test_a_stop_during_the_final_test_leaves_it_and_a_resume_tests_again(
-    reference, tmp_path, monkeypatch
+    reference, tmp_path, monkeypatch, tested_when_signalled
 ):
     """A signal while the final test runs stops it before the next policy's test (a 16-seed
     test can take minutes) with 128 + the signal, and no summary; the run is checkpointed at
-    its last generation, and a resume only tests, to the uninterrupted run's verdict."""
+    its last generation, and a resume only tests, to the uninterrupted run's verdict. A signal
+    during the last policy's test (the second: one seed's final and best) stops it alike."""
     from esjax import saved
 
     real_test = saved.SavedPolicy.test_returns
@@ -289,7 +291,8 @@ def test_a_stop_during_the_final_test_leaves_it_and_a_resume_tests_again(
 
     def test_returns(self, *args, **kwargs):
         calls.append(self)
-        signal.raise_signal(signal.SIGTERM)  # the run's handler only records it
+        if len(calls) == tested_when_signalled:
+            signal.raise_signal(signal.SIGTERM)  # the run's handler only records it
         return real_test(self, *args, **kwargs)
 
     out = tmp_path / "run"
@@ -298,7 +301,7 @@ def test_a_stop_during_the_final_test_leaves_it_and_a_resume_tests_again(
         with pytest.raises(Interrupted) as err:
             evolve("pendulum", generations=TOTAL, out=out, **RUN)
     assert err.value.exit_code == 143 and err.value.generation == TOTAL
-    assert len(calls) == 1  # the final policy of seed 0, then no other (final and best)
+    assert len(calls) == tested_when_signalled  # then no other policy's test
     assert not (out / runs.SUMMARY).exists()
     assert runs.load_checkpoint(out)[0]["generation"] == TOTAL
     evolve(None, out=out, resume=True)
