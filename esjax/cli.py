@@ -230,7 +230,7 @@ def evolve(
         terminal.exit_lost(str(lost))
     if lib.process_index() == 0:
         directory = Path(summary.run_dir)
-        figure = lib.plot_runs([directory], directory / "fitness.png")
+        figure = lib.plot_runs([directory], directory / lib.FITNESS_FIGURE)
         seeds = lib.read_run_config(directory).seeds
         tables.show_evolve_summary(console, summary, seeds, figure, report.first_report_s)
 
@@ -375,8 +375,10 @@ def plot(
     check_suffix(out_file, FIGURE_SUFFIXES)
     for run in runs:
         check_run_dir(run)
-    target = out_file or (runs[0] / "fitness.png" if len(runs) == 1 else Path("fitness.png"))
-    path = _library().plot_runs(runs, target, x=x.value, title=title)
+    lib = _library()
+    default = lib.FITNESS_FIGURE
+    target = out_file or (runs[0] / default if len(runs) == 1 else Path(default))
+    path = lib.plot_runs(runs, target, x=x.value, title=title)
     console.print(f"wrote {path}", soft_wrap=True)
 
 

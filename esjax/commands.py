@@ -19,13 +19,14 @@ from esjax.presets import describe
 from esjax.programs import compiling_in_background
 from esjax.render import render_run
 from esjax.report import report
-from esjax.runs import read_run_config
+from esjax.runs import FITNESS_FIGURE, read_run_config
 from esjax.strategies import catalogue
 from esjax.suites import suite_rows
 from esjax.sweeps import SweepInterrupted, read_spec, sweep
 from esjax.trackers import metrics_csv, tracking, write_metrics_csv
 
 __all__ = [
+    "FITNESS_FIGURE",
     "Interrupted",
     "LostProcess",
     "SweepInterrupted",

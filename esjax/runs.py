@@ -55,6 +55,7 @@ CHECKPOINT = "checkpoint.msgpack"
 PREV_CHECKPOINT = "checkpoint.prev.msgpack"
 DAMAGED_CHECKPOINT = "checkpoint.damaged.msgpack"
 SUMMARY = "summary.json"
+FITNESS_FIGURE = "fitness.png"  # drawn after a run (and each sweep configuration) ends
 TARGET = "target.json"
 LOCK = "run.lock"
 POLICIES = {"final": "final_policy.msgpack", "best": "best_policy.msgpack"}

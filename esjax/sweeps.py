@@ -264,8 +264,8 @@ def _run_unfinished(
         pending = [i for i in members if not (sweep_dir / grid[i].name / runs.SUMMARY).is_file()]
         for i in members:
             run_dir = sweep_dir / grid[i].name
-            if i not in pending and not (run_dir / "fitness.png").is_file():
-                plot_runs([run_dir], run_dir / "fitness.png")
+            if i not in pending and not (run_dir / runs.FITNESS_FIGURE).is_file():
+                plot_runs([run_dir], run_dir / runs.FITNESS_FIGURE)
         if not pending:
             continue  # finished earlier
         if on_configuration is not None:
@@ -278,7 +278,8 @@ def _run_unfinished(
             on_progress=on_progress,
         )
         for i in pending:
-            plot_runs([sweep_dir / grid[i].name], sweep_dir / grid[i].name / "fitness.png")
+            run_dir = sweep_dir / grid[i].name
+            plot_runs([run_dir], run_dir / runs.FITNESS_FIGURE)
 
 
 def _label(grid: Sequence[Configuration], members: Sequence[int]) -> Configuration:
