@@ -32,7 +32,7 @@ from esjax import runs
 from esjax.config import ConfigError, RunConfig, changed_keys
 from esjax.files import atomic_write
 from esjax.lifecycle import backend_modules
-from esjax.stats import wilson_interval
+from esjax.stats import decimals, wilson_interval
 from esjax.sweeps import SWEEP
 
 REPORT_JSON = "report.json"
@@ -567,7 +567,8 @@ def _ci(stats: dict[str, float]) -> str:
 
 def _iqm(task: dict[str, Any]) -> str:
     low, high = task["iqm_interval"]
-    return f"{_num(task['iqm_return'], 1)} [{_num(low, 1)}, {_num(high, 1)}]"
+    d = decimals(task["iqm_return"], low, high)
+    return f"{_num(task['iqm_return'], d)} [{_num(low, d)}, {_num(high, d)}]"
 
 
 def markdown(record: dict[str, Any]) -> str:
@@ -587,7 +588,7 @@ def markdown(record: dict[str, Any]) -> str:
                 rate = f"{_num(t['success_rate'])} [{_num(low)}, {_num(high)}]"
             lines.append(
                 f"| {entry['label']} | {task} | {t['seeds']} | {solved} | {rate} "
-                f"| {_num(t['mean_return'], 1)} | {_iqm(t)} |"
+                f"| {_num(t['mean_return'], decimals(t['mean_return']))} | {_iqm(t)} |"
             )
     aggregated = [e for e in record["configurations"] if e["aggregate"] is not None]
     if aggregated:

@@ -19,6 +19,7 @@ from rich.text import Text
 
 from esjax.config import baseline_label
 from esjax.progress import count, duration, number
+from esjax.stats import decimals
 
 
 def show_evolve_summary(
@@ -240,8 +241,12 @@ def _show_suites(console: Console, suites: Iterable[tuple[str, str, str, bool, s
 def show_report(console: Console, record: dict[str, Any]) -> None:
     """:func:`esjax.report.report`: per task, then per configuration, then what was written."""
 
-    def bounds(low: float, high: float) -> str:
-        return f"[{number(low, 2)}, {number(high, 2)}]"
+    def bounds(low: float, high: float, digits: int = 2) -> str:
+        return f"[{number(low, digits)}, {number(high, digits)}]"
+
+    def iqm(t: dict[str, Any]) -> str:
+        digits = decimals(t["iqm_return"], *t["iqm_interval"])
+        return f"{number(t['iqm_return'], digits)} {bounds(*t['iqm_interval'], digits)}"
 
     table = Table(title="esjax report: final policies on fresh test episodes", title_justify="left")
     names = ("configuration", "task", "seeds", "solved", "95% Wilson", "mean", "IQM [95%]")
@@ -256,8 +261,8 @@ def show_report(console: Console, record: dict[str, Any]) -> None:
                 str(t["seeds"]),
                 f"{t['successes']}/{t['seeds']}" if judged else "-",
                 bounds(*t["success_interval"]) if judged else "-",
-                number(t["mean_return"]),
-                f"{number(t['iqm_return'])} {bounds(*t['iqm_interval'])}",
+                number(t["mean_return"], decimals(t["mean_return"])),
+                iqm(t),
             )
     console.print(table)
     aggregated = [e for e in record["configurations"] if e["aggregate"] is not None]

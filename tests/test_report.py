@@ -214,6 +214,25 @@ def test_normalisation_and_files(two_methods, tmp_path):
     assert record["method"]["reps"] == 50
 
 
+def test_small_returns_keep_three_figures_in_the_markdown_and_the_table(tmp_path, capsys):
+    """Returns below 1 (MinAtar, bandits) would all print as 0.7 at one decimal."""
+    _rliable_or_skip()
+    from rich.console import Console
+
+    from esjax.report import report
+    from esjax.tables import show_report
+
+    returns = np.array([0.74, 0.72, 0.55, 0.78, 0.92, 0.66, 0.69, 0.70])
+    run = make_run(tmp_path / "small", "cartpole", returns)
+    record = report([f"small={run}"], tmp_path / "out", reps=50)
+    task = record["configurations"][0]["tasks"]["cartpole"]
+    low, high = task["iqm_interval"]
+    shown = f"{task['iqm_return']:.3f} [{low:.3f}, {high:.3f}]"
+    assert f"| {returns.mean():.3f} | {shown} |" in (tmp_path / "out" / "report.md").read_text()
+    show_report(Console(width=200), record)
+    assert shown in capsys.readouterr().out
+
+
 def test_a_sweep_gives_one_configuration_per_entry_and_same_seeds_pool(tmp_path):
     _rliable_or_skip()
     from esjax.report import collect

@@ -113,3 +113,20 @@ def test_importing_esjax_leaves_scipy_stats_unloaded():
         "assert 'scipy.stats' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=300)
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ((1770.7,), 1),  # a locomotion return: one decimal, as before
+        ((26.1, 25.9, 26.4), 1),
+        ((4.57,), 2),
+        ((0.698, 0.667, 0.747), 3),  # a MinAtar return and its interval: three figures
+        ((0.0012,), 4),  # held at four decimals
+        ((-0.5, 0.2), 3),  # by magnitude, whatever the sign
+        ((0.0, None, math.nan, math.inf), 1),  # nothing to size by
+        ((0.0, 0.05), 4),  # 0.0500
+    ],
+)
+def test_decimals_show_three_figures_of_the_largest_value(values, expected):
+    assert stats.decimals(*values) == expected
