@@ -30,9 +30,10 @@ import numpy as np
 
 from esjax import runs
 from esjax.config import ConfigError, RunConfig, changed_keys
+from esjax.digits import decimals
 from esjax.files import atomic_write
 from esjax.lifecycle import backend_modules
-from esjax.stats import decimals, wilson_interval
+from esjax.stats import wilson_interval
 from esjax.sweeps import SWEEP
 
 REPORT_JSON = "report.json"
@@ -565,10 +566,12 @@ def _ci(stats: dict[str, float]) -> str:
     return f"{_num(stats['value'])} [{_num(stats['low'])}, {_num(stats['high'])}]"
 
 
-def _iqm(task: dict[str, Any]) -> str:
+def _returns(task: dict[str, Any]) -> str:
+    """The mean and the IQM with its interval, at the decimals of the largest of them."""
     low, high = task["iqm_interval"]
-    d = decimals(task["iqm_return"], low, high)
-    return f"{_num(task['iqm_return'], d)} [{_num(low, d)}, {_num(high, d)}]"
+    d = decimals(task["mean_return"], task["iqm_return"], low, high)
+    iqm = f"{_num(task['iqm_return'], d)} [{_num(low, d)}, {_num(high, d)}]"
+    return f"{_num(task['mean_return'], d)} | {iqm}"
 
 
 def markdown(record: dict[str, Any]) -> str:
@@ -587,8 +590,7 @@ def markdown(record: dict[str, Any]) -> str:
                 low, high = t["success_interval"]
                 rate = f"{_num(t['success_rate'])} [{_num(low)}, {_num(high)}]"
             lines.append(
-                f"| {entry['label']} | {task} | {t['seeds']} | {solved} | {rate} "
-                f"| {_num(t['mean_return'], decimals(t['mean_return']))} | {_iqm(t)} |"
+                f"| {entry['label']} | {task} | {t['seeds']} | {solved} | {rate} | {_returns(t)} |"
             )
     aggregated = [e for e in record["configurations"] if e["aggregate"] is not None]
     if aggregated:

@@ -18,8 +18,8 @@ from rich.table import Table
 from rich.text import Text
 
 from esjax.config import baseline_label
+from esjax.digits import decimals
 from esjax.progress import count, duration, number
-from esjax.stats import decimals
 
 
 def show_evolve_summary(
@@ -244,9 +244,11 @@ def show_report(console: Console, record: dict[str, Any]) -> None:
     def bounds(low: float, high: float, digits: int = 2) -> str:
         return f"[{number(low, digits)}, {number(high, digits)}]"
 
-    def iqm(t: dict[str, Any]) -> str:
-        digits = decimals(t["iqm_return"], *t["iqm_interval"])
-        return f"{number(t['iqm_return'], digits)} {bounds(*t['iqm_interval'], digits)}"
+    def returns(t: dict[str, Any]) -> tuple[str, str]:
+        """The mean and the IQM with its interval, at the decimals of the largest of them."""
+        digits = decimals(t["mean_return"], t["iqm_return"], *t["iqm_interval"])
+        iqm = f"{number(t['iqm_return'], digits)} {bounds(*t['iqm_interval'], digits)}"
+        return number(t["mean_return"], digits), iqm
 
     table = Table(title="esjax report: final policies on fresh test episodes", title_justify="left")
     names = ("configuration", "task", "seeds", "solved", "95% Wilson", "mean", "IQM [95%]")
@@ -261,8 +263,7 @@ def show_report(console: Console, record: dict[str, Any]) -> None:
                 str(t["seeds"]),
                 f"{t['successes']}/{t['seeds']}" if judged else "-",
                 bounds(*t["success_interval"]) if judged else "-",
-                number(t["mean_return"], decimals(t["mean_return"])),
-                iqm(t),
+                *returns(t),
             )
     console.print(table)
     aggregated = [e for e in record["configurations"] if e["aggregate"] is not None]

@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "esjax"
 
 # Every module's layer; a new module must be placed here.
 LAYERS = {
-    "specs": ["config", "presets", "popsize_rule", "version", "stats", "files"],
+    "specs": ["config", "presets", "popsize_rule", "version", "stats", "digits", "files"],
     "pure JAX": [
         "suite_base", "suite_xminigrid", "suite_jumanji", "suite_craftax", "suite_playground",
         "suite_brax", "suites", "envs", "episode", "policies", "mirror", "rollout", "sharding",

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from esjax import meta, plotting, stats, sweeps
+from esjax import digits, meta, plotting, stats, sweeps
 
 REPO = Path(__file__).resolve().parents[1]
 # With 2 degrees of freedom the t quantile has a closed form, t_p = (2p - 1) / sqrt(2p(1 - p)):
@@ -129,4 +129,4 @@ def test_importing_esjax_leaves_scipy_stats_unloaded():
     ],
 )
 def test_decimals_show_three_figures_of_the_largest_value(values, expected):
-    assert stats.decimals(*values) == expected
+    assert digits.decimals(*values) == expected
