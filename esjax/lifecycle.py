@@ -22,7 +22,8 @@ A run can be killed at any instant and resumed to the same result:
   Ctrl-C send before a kill) only set a flag; the loop finishes the block in flight,
   checkpoints it and raises :class:`Interrupted` (exit code 128 + the signal number). A
   second signal while checkpointing just sets the flag again. After the last generation, a
-  signal leaves the final test before its next policy; the run resumes straight to the test.
+  signal leaves the final test before its next policy (or at its end, during the last); the
+  run resumes straight to the test.
 
 In a multi-process run every process computes the same replicated state; only process 0
 (the *writer*) writes the run directory, the others read it to resume.
