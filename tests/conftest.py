@@ -1,4 +1,4 @@
-"""Settings every test file shares: one compilation cache per pytest process; XLA's quickest
+"""Settings every test file shares: one compilation cache per pytest process; quicker XLA
 compiles; the longest files first; every file whole on one worker.
 
 The tests run in parallel worker processes (pytest-xdist). JAX writes a persistent-cache entry
