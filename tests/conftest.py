@@ -13,7 +13,7 @@ and the CLI processes it starts): three compile-heavy tests run two at a time on
 Brax, a Craftax and a meta-learning example) took 79 s instead of 115 s. XLA's optimisation
 level stays its default: level 0 was as quick (78 s) but rounded differently where tests
 compare two programs bit for bit (SimpleGA against evosax called directly, the acrobot
-reference against a Python loop, an old checkpoint's recorded continuation); these flags pass
+reference against a Python loop, an old checkpoint's recorded continuation); this flag passes
 them. An ``XLA_FLAGS`` that already names the flag is left alone, so
 ``XLA_FLAGS=--xla_llvm_disable_expensive_passes=false pytest`` tests with every pass.
 Benchmarks and users' runs never see it.
