@@ -1,22 +1,10 @@
-"""Settings every test file shares: one compilation cache per pytest process; quicker XLA
-compiles; the longest files first; every file whole on one worker.
+"""Settings every test file shares: one compilation cache per pytest process; the longest
+files first; every file whole on one worker.
 
 The tests run in parallel worker processes (pytest-xdist). JAX writes a persistent-cache entry
 in place, so a worker could read an entry another worker is still writing; and the tests should
 not fill the user's own cache. Each pytest process therefore points ``ESJAX_CACHE_DIR`` at a
 fresh directory of its own, which the CLI processes it starts inherit, and removes it at exit.
-
-Quicker compiles: most of the suite's time is XLA compiling small programs (two generations
-of a preset, a few env steps), not running them. The tests therefore compile with LLVM's
-expensive passes off (``--xla_llvm_disable_expensive_passes=true``, set here for this process
-and the CLI processes it starts): three compile-heavy tests run two at a time on 2 cores (a
-Brax, a Craftax and a meta-learning example) took 79 s instead of 115 s. XLA's optimisation
-level stays its default: level 0 was as quick (78 s) but rounded differently where tests
-compare two programs bit for bit (SimpleGA against evosax called directly, the acrobot
-reference against a Python loop, an old checkpoint's recorded continuation); this flag passes
-them. An ``XLA_FLAGS`` that already names the flag is left alone, so
-``XLA_FLAGS=--xla_llvm_disable_expensive_passes=false pytest`` tests with every pass.
-Benchmarks and users' runs never see it.
 
 Test order: ``--dist loadfile`` hands each file whole to a worker, in collection order
 (``--no-loadscope-reorder``). A file of many minutes handed out last would run alone at the end
@@ -39,10 +27,6 @@ from collections import defaultdict
 import pytest
 
 _CACHE_DIR = "ESJAX_CACHE_DIR"  # esjax.cache.ENV_DIR, without importing esjax this early
-_QUICK_COMPILES = "--xla_llvm_disable_expensive_passes=true"
-if "xla_llvm_disable_expensive_passes" not in os.environ.get("XLA_FLAGS", ""):
-    # Read when JAX starts its CPU backend, after this file is imported (see the docstring).
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_QUICK_COMPILES}".strip()
 # Longest first, by the seconds each file's tests took in one run of the whole suite here (2
 # cores, two workers, loadfile); every other file keeps its place after these.
 _LONGEST_FILES = (
