@@ -266,7 +266,7 @@ def make_rollout(
     """
     env, default_params = make_env(config.env, config.env_kwargs)
     env_params = _check_params(config, default_params, source)
-    kwargs = {"chunk_size": config.chunk_size, **kwargs}
+    kwargs = {"chunk_size": task_chunk_size(config, kwargs.get("devices")), **kwargs}
     try:
         return PopulationRollout(
             env,
@@ -283,6 +283,18 @@ def make_rollout(
         )
     except PolicyError as error:  # the policy does not fit this env
         raise ConfigError(f"{source}: policy: {error}") from None
+
+
+def task_chunk_size(config: TaskConfig, devices: list | None = None) -> int | None:
+    """The task's ``chunk_size`` where the rollout runs on CPUs; None (the rollout's own rule)
+    elsewhere.
+
+    A preset pins chunks for a CPU's caches (MuJoCo's solver state, not the weights). On an
+    accelerator the same pin would serialise a large population: 64 chunks of 32 at popsize
+    2048, where the rollout's own rule steps every member at once.
+    """
+    on_cpu = all(device.platform == "cpu" for device in devices or jax.devices())
+    return config.chunk_size if on_cpu else None
 
 
 def shared_rollout(

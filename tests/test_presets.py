@@ -125,6 +125,10 @@ def test_policy_actions_sets_greedy_or_sampled_rollouts_and_is_validated():
         check_task(load("catch", ["policy.actions=raw"]), "catch")
 
 
+class _AcceleratorStub:
+    platform = "gpu"
+
+
 def test_chunk_size_pins_the_members_that_step_together():
     from esjax.tasks import make_rollout
 
@@ -132,6 +136,9 @@ def test_chunk_size_pins_the_members_that_step_together():
     pinned = make_rollout(load("pendulum", ["chunk_size=8"]))
     assert pinned.auto_chunk_size(64, params) == 8
     assert make_rollout(load("pendulum")).auto_chunk_size(64, params) == 64  # cache-sized
+    # A CPU's pin; an accelerator steps every member together, as the rollout's own rule does.
+    accelerator = make_rollout(load("pendulum", ["chunk_size=8"]), devices=[_AcceleratorStub()])
+    assert accelerator.auto_chunk_size(64, params) == 64
     with pytest.raises(ConfigError, match="chunk_size: must be positive"):
         load("pendulum", ["chunk_size=0"])
 
