@@ -1,4 +1,4 @@
-"""A preset's generations per second at several ``chunk_size`` pins, as ``esjax evolve`` runs it.
+"""A preset's env steps per second at several ``chunk_size`` pins, on the devices esjax uses.
 
 On a CPU a rollout steps a device's members in chunks (``lax.map`` over ``vmap``); unpinned,
 a chunk holds as many members as keep their weights in cache, which for a small policy is the
@@ -33,13 +33,16 @@ from esjax.evolve import build_engine, clear_engine_cache, resolve_config  # noq
 def measure(args: argparse.Namespace, chunk: int) -> tuple[list[float], np.ndarray]:
     """Env steps/s of each timed block, and every generation's mean fitness."""
     clear_engine_cache()
-    overrides = [f"strategy_settings.popsize={args.popsize}"] if args.popsize else []
-    config = resolve_config(args.task, seed=args.seed, overrides=overrides)
-    # 0: a pin as large as the population, so that each device steps all its members at once
+    # 0: a pin as large as any population, so that each device steps all its members at once
     # (what the rollout's own rule does for a small policy), whatever the preset pins.
-    chunk_override = f"chunk_size={chunk or config.popsize}"
-    config = resolve_config(args.task, seed=args.seed, overrides=[*overrides, chunk_override])
+    overrides = [f"chunk_size={chunk or 1 << 30}"]
+    # The popsize as a setting, not ``--popsize``: the popsize rule's rescaled learning rate
+    # would visit other policies, whose contacts cost the solver other times.
+    overrides += [f"strategy_settings.popsize={args.popsize}"] if args.popsize else []
+    config = resolve_config(args.task, seed=args.seed, overrides=overrides)
     _, engine = build_engine(config)
+    if args.generations > engine.block:
+        raise SystemExit(f"--generations {args.generations}: a block holds {engine.block}")
     state = engine.init(jnp.asarray(config.seed_ids, jnp.int32))
     block = jnp.asarray(args.generations, jnp.int32)
     state, metrics = engine.run_block(state, block)  # compiles
@@ -64,6 +67,10 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=3, help="timed blocks after the first")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    if jax.devices()[0].platform != "cpu":  # a task's pin is for CPUs: elsewhere it is dropped
+        raise SystemExit(f"chunk_size pins apply on CPUs only, not on {jax.devices()[0].platform}")
+    if args.blocks < 1:
+        raise SystemExit("--blocks: at least 1 timed block")
     disable_compilation_cache()  # every pin compiles its own program
     print(f"{args.task}, popsize {args.popsize or 'as the preset'}, {len(jax.devices())} devices")
     baseline = None

@@ -473,10 +473,11 @@ class TaskConfig:
     # one episode's return is noisy (UmbrellaChain's distractor rewards: a standard deviation of
     # 3, so 128 episodes leave a standard error of 0.27 on a return of at most 1).
     test_episodes: int = DEFAULT_TEST_EPISODES
-    # Members per device that step together in a rollout on a CPU (``PopulationRollout``'s
-    # ``chunk_size``). Unset, chunks are sized to keep the weights in cache; an env whose own
-    # state dwarfs the weights (a MuJoCo model) can run faster in smaller chunks. An
-    # accelerator ignores it and steps the whole population at once.
+    # Members of one seed per device that step together in a rollout on a CPU
+    # (``PopulationRollout``'s ``chunk_size``; seeds run side by side step together, so
+    # ``--seeds N`` steps N times as many). Unset, chunks are sized to keep the weights in
+    # cache; an env whose own state dwarfs the weights (a MuJoCo model) can run faster in
+    # smaller chunks. An accelerator ignores it and steps the whole population at once.
     chunk_size: int | None = None
 
     def validate(self, where: str) -> None:

@@ -293,7 +293,8 @@ def task_chunk_size(config: TaskConfig, devices: list | None = None) -> int | No
     accelerator the same pin would serialise a large population: 64 chunks of 32 at popsize
     2048, where the rollout's own rule steps every member at once.
     """
-    on_cpu = all(device.platform == "cpu" for device in devices or jax.devices())
+    devices = jax.devices() if devices is None else devices
+    on_cpu = all(device.platform == "cpu" for device in devices)
     return config.chunk_size if on_cpu else None
 
 
