@@ -28,6 +28,7 @@ import numpy as np  # noqa: E402
 
 from esjax.cache import disable_compilation_cache  # noqa: E402
 from esjax.evolve import build_engine, clear_engine_cache, resolve_config  # noqa: E402
+from esjax.tasks import task_chunk_size  # noqa: E402
 
 
 def measure(args: argparse.Namespace, chunk: int) -> tuple[list[float], np.ndarray]:
@@ -40,6 +41,8 @@ def measure(args: argparse.Namespace, chunk: int) -> tuple[list[float], np.ndarr
     # would visit other policies, whose contacts cost the solver other times.
     overrides += [f"strategy_settings.popsize={args.popsize}"] if args.popsize else []
     config = resolve_config(args.task, seed=args.seed, overrides=overrides)
+    if task_chunk_size(config.task) is None:  # the rule that drops a task's pin off CPUs
+        raise SystemExit(f"chunk_size pins apply on CPUs only, not on {jax.devices()[0].platform}")
     _, engine = build_engine(config)
     if args.generations > engine.block:
         raise SystemExit(f"--generations {args.generations}: a block holds {engine.block}")
@@ -67,8 +70,6 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=3, help="timed blocks after the first")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    if jax.devices()[0].platform != "cpu":  # a task's pin is for CPUs: elsewhere it is dropped
-        raise SystemExit(f"chunk_size pins apply on CPUs only, not on {jax.devices()[0].platform}")
     if args.blocks < 1:
         raise SystemExit("--blocks: at least 1 timed block")
     disable_compilation_cache()  # every pin compiles its own program
