@@ -113,6 +113,16 @@ RolloutsOption = Annotated[
 RunArgument = Annotated[
     Path, typer.Argument(metavar="RUN", help="A run directory written by esjax evolve.")
 ]
+# A run or sweep names code (a module:factory env) that esjax imports only if this user made
+# it here, or with this flag (esjax.trust).
+TrustOption = Annotated[
+    bool,
+    typer.Option(
+        "--trust-code",
+        help="Import the code (a module:factory env) that a run or sweep made elsewhere names; "
+        "read it first.",
+    ),
+]
 
 
 # ---------------------------------------------------------------------------- commands
@@ -191,6 +201,7 @@ def evolve(
         ),
     ] = 30.0,
     log: Annotated[list[str] | None, LOG_OPTION] = None,
+    trust_code: TrustOption = False,
 ) -> None:
     """Evolve a policy for TASK and write a run directory (metrics, checkpoints, fitness.png).
 
@@ -223,6 +234,7 @@ def evolve(
                 overrides=overrides,
                 checkpoint_every_s=checkpoint_every,
                 on_progress=on_progress,
+                trust_code=trust_code,
             )
     except lib.Interrupted as stop:
         exit_stopped(str(stop), stop.exit_code, lib.compiling_in_background())
@@ -309,6 +321,7 @@ def eval_(
             "per cell and the policy's score, which the heatmap shows (zero: its mean only).",
         ),
     ] = None,
+    trust_code: TrustOption = False,
 ) -> None:
     """Test return of a run's saved policy: mean, std, min and max over fresh episodes.
 
@@ -321,6 +334,8 @@ def eval_(
     if (out_file is not None or overwrite) and not (grid or grid_axis):
         raise ConfigError("--out and --overwrite go with --grid")
     lib = _library()
+    if trust_code:
+        lib.grant_trust([run])
     if grid or grid_axis:
         record, json_path, png_path = lib.grid_record(
             run,
@@ -414,6 +429,7 @@ def render(
     ] = None,
     fps: Annotated[int, typer.Option(min=1, help="Frames per second of the GIF.")] = 25,
     which: Annotated[Which, typer.Option(help="The final search mean or the best.")] = Which.final,
+    trust_code: TrustOption = False,
 ) -> None:
     """Animate one episode of a run's policy as a GIF.
 
@@ -437,6 +453,7 @@ def render(
         env_params=tuple(param or ()),
         steps=steps,
         fps=fps,
+        trust_code=trust_code,
     )
     console.print(f"wrote {path} (episode return {total:.1f})", soft_wrap=True)
 
@@ -503,6 +520,7 @@ def sweep(
         ),
     ] = None,
     log: Annotated[list[str] | None, LOG_OPTION] = None,
+    trust_code: TrustOption = False,
 ) -> None:
     """Run TASK for every combination of the --vary values x seeds; compare them.
 
@@ -534,6 +552,7 @@ def sweep(
                 log=tuple(log or ()),
                 on_progress=progress,
                 on_configuration=progress.announce,
+                trust_code=trust_code,
             )
     except lib.SweepInterrupted as stop:
         exit_stopped(str(stop), stop.exit_code, lib.compiling_in_background())
@@ -599,6 +618,7 @@ def report(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print report.json instead of the tables.")
     ] = False,
+    trust_code: TrustOption = False,
 ) -> None:
     """Success rates, normalised IQM and mean with 95% intervals, performance profiles.
 
@@ -608,7 +628,7 @@ def report(
     1 = the task's solved_return, with stratified-bootstrap intervals (rliable: pip install
     "esjax[report]"); for two configurations, the probability that one beats the other.
     """
-    record = _library().report(paths, out_dir, reps=reps)
+    record = _library().report(paths, out_dir, reps=reps, trust_code=trust_code)
     if as_json:
         sys.stdout.write(json.dumps(record) + "\n")
     else:

@@ -24,6 +24,7 @@ from esjax.strategies import catalogue
 from esjax.suites import suite_rows
 from esjax.sweeps import SweepInterrupted, read_spec, sweep
 from esjax.trackers import metrics_csv, tracking, write_metrics_csv
+from esjax.trust import grant as grant_trust
 
 __all__ = [
     "FITNESS_FIGURE",
@@ -36,6 +37,7 @@ __all__ = [
     "compiling_in_background",
     "describe",
     "evolve",
+    "grant_trust",
     "grid_record",
     "metrics_csv",
     "plot_runs",

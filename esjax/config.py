@@ -42,11 +42,22 @@ def suggest(name: str, valid: Sequence[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+# The largest task file read (the largest preset is a few kilobytes).
+TOML_LIMIT = 1024 * 1024
+# The largest integer a setting may hold: sizes, steps and seeds are int32 on the device.
+MAX_INT = 2**31 - 1
+
+
 def load_toml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
         with path.open("rb") as handle:
-            return tomllib.load(handle)
+            data = handle.read(TOML_LIMIT + 1)
+        if len(data) > TOML_LIMIT:
+            raise ConfigError(f"{path}: larger than a task file can be ({TOML_LIMIT:,} bytes)")
+        return tomllib.loads(data.decode())
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to be a task file") from None
     except FileNotFoundError as err:
         raise ConfigError(f"{path}: no such file") from err
     except tomllib.TOMLDecodeError as err:
@@ -201,6 +212,14 @@ def to_dict(obj: Any) -> Any:
     if isinstance(obj, tuple | list):
         return [to_dict(v) for v in obj]
     return obj
+
+
+def _integer(value: Any, name: str, source: str) -> int:
+    """``int(value)`` for a count read from a file; infinity or NaN there names the field."""
+    try:
+        return int(value)
+    except (OverflowError, ValueError):
+        raise ConfigError(f"{source}: {name}: not an integer ({value!r:.40})") from None
 
 
 def _require(ok: bool, where: str, message: str) -> None:
@@ -557,6 +576,8 @@ def check_finite(value: Any, where: str) -> None:
     if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
         if not math.isfinite(float(value)):
             raise ConfigError(_at(where, f"must be a finite number, got {value}"))
+    elif isinstance(value, numbers.Integral) and not -MAX_INT <= value <= MAX_INT:
+        raise ConfigError(_at(where, f"must be at most {MAX_INT} in size, got {value}"))
     elif isinstance(value, Mapping):
         for key, item in value.items():
             check_finite(item, _child(where, str(key)))
@@ -739,8 +760,9 @@ class RunConfig:
         try:
             strategy = data["strategy"]
             settings = dict(strategy["settings"])
+            check_finite(settings, f"{source}: strategy.settings")
             loop = parse_loop(data, settings, source)
-            return cls(
+            config = cls(
                 task_name=str(data["task_name"]),
                 task=parse_task(data["task"], f"{source}: task"),
                 strategy=StrategySpec(
@@ -750,20 +772,33 @@ class RunConfig:
                     strategy.get("description", ""),
                     loop,
                 ),
-                popsize=int(data.get("popsize") or 0),
-                num_dims=int(data.get("num_dims") or 0),
-                rollouts=int(data["rollouts"]),
-                generations=int(data["generations"]),
-                seed=int(data.get("seed", 0)),
-                seeds=int(data.get("seeds", 1)),
+                popsize=_integer(data.get("popsize") or 0, "popsize", source),
+                num_dims=_integer(data.get("num_dims") or 0, "num_dims", source),
+                rollouts=_integer(data["rollouts"], "rollouts", source),
+                generations=_integer(data["generations"], "generations", source),
+                seed=_integer(data.get("seed", 0), "seed", source),
+                seeds=_integer(data.get("seeds", 1), "seeds", source),
                 scaling=data.get("scaling"),
                 overrides=tuple(data.get("overrides") or ()),
                 esjax_version=str(data.get("esjax_version", "")),
             )
-        except (KeyError, TypeError, ValueError) as err:
+        except (KeyError, TypeError, ValueError, OverflowError, RecursionError) as err:
             if isinstance(err, ConfigError):
                 raise
-            raise ConfigError(f"{source}: not a valid esjax run config ({err!r})") from None
+            raise ConfigError(f"{source}: not a valid esjax run config ({err!r:.200})") from None
+        config.check_sizes(source)
+        return config
+
+    def check_sizes(self, source: str) -> None:
+        """The run's counts in range: what an edited ``config.json`` could otherwise carry to an
+        allocation or a device integer."""
+        for name, low in (("popsize", 0), ("num_dims", 0), ("rollouts", 1), ("generations", 1),
+                          ("seed", 0), ("seeds", 1)):  # fmt: skip
+            value = getattr(self, name)
+            _require(low <= value <= MAX_INT, f"{source}: {name}",
+                     f"must be between {low} and {MAX_INT}, got {value}")  # fmt: skip
+        last = self.seed + self.seeds - 1
+        _require(last <= MAX_INT, f"{source}: seeds", f"{self.seed}..{last} go beyond {MAX_INT}")
 
     @property
     def missing_sizes(self) -> bool:

@@ -107,6 +107,13 @@ def _defer(name: str) -> None:
 ENV_METHODS = ("reset", "step", "action_space", "observation_space")
 
 
+def names_code(env: str) -> bool:
+    """Whether env name ``env`` is code (``module:factory``, ``file.py:factory``) rather than
+    data (a gymnax id, ``SUITE:NAME``): making it would import a module or run a file."""
+    source, colon, _ = env.rpartition(":")
+    return bool(colon) and source not in SUITES
+
+
 def make_env(env: str | Any, env_kwargs: dict | None = None) -> tuple[Any, Any]:
     """An env object and its default params from an env name (see above), or an env object.
 

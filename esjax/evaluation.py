@@ -130,7 +130,7 @@ def grid_record(
     record["figure"] = png_path.name
     record["figure_shows"] = grid_quantity(record)
     json_path.parent.mkdir(parents=True, exist_ok=True)
-    write_json(json_path, record)
+    write_json(json_path, record, through_special=out is not None)
     plot_grid(record, png_path)
     return record, json_path, png_path
 

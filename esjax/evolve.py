@@ -190,8 +190,10 @@ def check_memory(config: RunConfig) -> None:
         return
     spec = _strategy_spec(config)
     strategies = backend_modules().strategies
+    rollout = shared_rollout(config.task, source=config.task_name)
+    memory.check_test_fits(rollout, config.task.test_episodes)  # the final test, at the end
     needs = memory.estimate(
-        shared_rollout(config.task, source=config.task_name),
+        rollout,
         lambda num_dims: strategies.build_strategy(spec, num_dims, config.popsize),
         lambda num_dims: config.popsize,
         seeds=config.seeds,
@@ -264,6 +266,7 @@ def evolve(
     on_progress: Callable[[dict[str, Any]], None] | None = None,
     block: int | None = None,
     checkpoint_every_s: float = 30.0,
+    trust_code: bool = False,
 ) -> RunSummary:
     """Evolve a policy for ``task`` and return what it reached; see the module docstring.
 
@@ -272,7 +275,9 @@ def evolve(
     capped at ``MAX_BLOCK``); it changes when progress is reported, never the result. With
     ``resume=True`` the run in ``out`` continues (``generations`` may extend it); the other
     settings come from its config. A stop signal (SIGTERM, SIGINT, SIGHUP, SIGUSR1) ends the
-    run after the block in flight with a checkpoint and raises :class:`Interrupted`.
+    run after the block in flight with a checkpoint and raises :class:`Interrupted`. A resumed
+    run's code (a ``module:factory`` env) is imported only if this user made the run, or with
+    ``trust_code`` (:mod:`esjax.trust`).
     """
     if block is not None and (not isinstance(block, int) or block <= 0):
         raise ConfigError(f"block must be a positive integer, got {block!r}")
@@ -281,7 +286,7 @@ def evolve(
         if out is None:
             raise ConfigError("resume needs the run directory (out=...)")
         given = (task, strategy, popsize, rollouts, seed, seeds, overrides)
-        run = Run.reopen(out, generations=generations, writer=writer,
+        run = Run.reopen(out, generations=generations, writer=writer, trust_code=trust_code,
                          prepare=lambda config: _prepare_resume(config, *given))  # fmt: skip
     else:
         config = resolve_config(

@@ -50,8 +50,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from esjax import runs
+from esjax import runs, trust
 from esjax.config import ConfigError, RunConfig
+from esjax.files import open_regular
 
 _log = logging.getLogger(__name__)
 
@@ -142,8 +143,8 @@ class RunLock:
     @classmethod
     def take(cls, run_dir: Path) -> RunLock:
         path = run_dir / runs.LOCK
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # never through a link: the lock file is truncated to hold the PID
+            fd = open_regular(path, os.O_RDWR | os.O_CREAT)
         except OSError as err:
             reason = err.strerror or str(err)
             message = f"{run_dir}: cannot write to the run directory: {reason}"
@@ -182,6 +183,32 @@ def _contents(run_dir: Path) -> list[Path]:
     return [p for p in run_dir.iterdir() if p.name != runs.LOCK]
 
 
+def remove_written(directory: Path, names: Sequence[str], folders: Sequence[str] = ()) -> None:
+    """Remove what esjax writes in ``directory``: the files ``names``, the folders ``folders``
+    (trackers' logs) and esjax's temporary files; anything else stays. A link is removed as a
+    link, never followed; a folder where a file should be is refused, untouched."""
+    for path in sorted(directory.iterdir()):
+        name = path.name
+        temporary = name.startswith(".") and name.endswith(".tmp")
+        if name not in names and name not in folders and not temporary:
+            continue
+        if path.is_symlink() or not path.is_dir():
+            path.unlink()
+        elif name in folders:
+            shutil.rmtree(path)
+        else:
+            raise ConfigError(f"{path}: a folder where esjax writes a file; not removing it")
+
+
+# What esjax writes in a run directory, for --overwrite (the lock file stays: see RunLock).
+RUN_FILES = (
+    runs.CONFIG, runs.METRICS, runs.CHECKPOINT, runs.PREV_CHECKPOINT, runs.DAMAGED_CHECKPOINT,
+    runs.SUMMARY, runs.FITNESS_FIGURE, runs.TARGET, trust.SEAL, *runs.POLICIES.values(),
+    *runs.DERIVED_FILES,
+)  # fmt: skip
+RUN_FOLDERS = runs.TRACKER_FOLDERS
+
+
 def claim(run_dir: Path, *, resume: bool, overwrite: bool) -> tuple[RunLock, bool]:
     """Lock ``run_dir`` for this process (creating it for a new run); ``(lock, created)``.
 
@@ -209,8 +236,7 @@ def claim(run_dir: Path, *, resume: bool, overwrite: bool) -> tuple[RunLock, boo
         if not resume and _contents(run_dir):
             if not overwrite:
                 raise ConfigError(f"{run_dir} exists; use --resume or --overwrite")
-            for path in _contents(run_dir):
-                shutil.rmtree(path) if path.is_dir() else path.unlink()
+            remove_written(run_dir, RUN_FILES, RUN_FOLDERS)
         lock.sign()  # a refused claim leaves every file as it was, the lock file included
     except BaseException:
         if lock is None:  # the directory may be another process's live run: touch nothing
@@ -342,6 +368,7 @@ class Run:
             lock, created = claim(run_dir, resume=False, overwrite=overwrite)
             try:
                 runs.write_run_config(run_dir, config)
+                trust.seal_run(run_dir, config.task)
             except OSError as err:
                 if created:
                     shutil.rmtree(run_dir, ignore_errors=True)
@@ -352,13 +379,16 @@ class Run:
 
     @classmethod
     def reopen(cls, run_dir: str | Path, *, generations: int | None, writer: bool,
-               prepare: Callable[[RunConfig], RunConfig] | None = None) -> Run:  # fmt: skip
+               prepare: Callable[[RunConfig], RunConfig] | None = None,
+               trust_code: bool = False) -> Run:  # fmt: skip
         """The run in ``run_dir``, to continue (to ``generations`` in all, when given).
 
         ``prepare(config)`` may refuse the run's config (arguments that contradict it) and
         returns the config to run (an older run's, completed). A new target is recorded at
         once (:func:`esjax.runs.write_target`), so a kill before the next checkpoint cannot
-        make a later plain resume fall back to the old one.
+        make a later plain resume fall back to the old one. Code the run names is imported
+        only when this user made the run, or with ``trust_code`` (:mod:`esjax.trust`), which
+        also seals it as this user's.
         """
         if generations is not None and (not isinstance(generations, int) or generations <= 0):
             raise ConfigError(f"generations must be a positive integer, got {generations!r}")
@@ -367,6 +397,9 @@ class Run:
             lock, _ = claim(run_dir, resume=True, overwrite=False)
         try:
             config = runs.read_run_config(run_dir)
+            trust.check_run(run_dir, config.task, trust_code)
+            if trust_code and writer:
+                trust.seal_run(run_dir, config.task)
             if prepare is not None:
                 config = prepare(config)
             if generations is not None and writer:
@@ -595,6 +628,7 @@ def restore(
     matched by name to what a fresh start of this run (``template``, ``fresh``) holds."""
     checkpoint = runs.load_checkpoint(run_dir)
     meta = checkpoint.meta
+    check_meta(run_dir / runs.CHECKPOINT, meta, config.seeds)
     _check_same_run(run_dir, meta, config)
     expected = checkpoint_arrays(template, fresh)
     try:
@@ -632,6 +666,35 @@ def run_summary(run_dir: Path, host: HostState, final: dict, wall_s: float,
         solved_threshold=threshold,
         verdict=judged,
     )
+
+
+def check_meta(path: Path, meta: dict[str, Any], seeds: int) -> None:
+    """A checkpoint's bookkeeping as esjax writes it, each field in range: an edited one is one
+    line, never a resume from a negative generation or a traceback."""
+
+    def count(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    def number(value: Any) -> bool:  # NaN stands for "never evaluated", as esjax writes it
+        numeric = isinstance(value, int | float) and not isinstance(value, bool)
+        return numeric and (value != value or -1e300 < value < 1e300)
+
+    checks = {
+        "config": isinstance(meta.get("config"), dict),
+        "generation": count(meta.get("generation")) and meta["generation"] <= runs.MAX_GENERATIONS,
+        "env_steps": isinstance(meta.get("env_steps"), list)
+        and len(meta["env_steps"]) == seeds
+        and all(count(x) and x < 2**63 for x in meta["env_steps"]),
+        "wall_s": number(meta.get("wall_s")) and meta["wall_s"] == meta["wall_s"],
+        "best_eval": isinstance(meta.get("best_eval"), list)
+        and len(meta["best_eval"]) == seeds
+        and all(x is None or number(x) for x in meta["best_eval"]),
+        "target_generations": meta.get("target_generations") is None
+        or (count(meta["target_generations"]) and 0 < meta["target_generations"] <= 2**31 - 1),
+    }
+    for field, ok in checks.items():
+        if not ok:
+            raise ConfigError(f"{path}: {field} is missing or not what esjax writes")
 
 
 def _check_same_run(run_dir: Path, meta: dict[str, Any], config: RunConfig) -> None:

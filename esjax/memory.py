@@ -119,6 +119,22 @@ def estimate(
     return MemoryEstimate(per_device * shared, available, where, num_dims, popsize)
 
 
+def check_test_fits(rollout: Any, episodes: int, knob: str = "test_episodes") -> None:
+    """One line when testing a policy on ``episodes`` episodes at once cannot fit, from shapes
+    alone: each episode holds an env state, an observation and the policy's activations. Runs
+    before training, so a run never trains to die at its final test."""
+    key = jax.random.key(0)
+    try:
+        state = _bytes(jax.eval_shape(rollout.env.reset, key, rollout.env_params))
+    except Exception:  # an env that cannot be traced here: its observation alone
+        state = 0
+    params = jax.eval_shape(rollout.init_params, key)
+    width = sum(leaf.shape[-1] for leaf in jax.tree.leaves(params) if leaf.shape)
+    needed = episodes * (2 * state + 2 * width * _FLOAT)
+    device = rollout.devices[0]
+    check_program_fits(needed, device, f"testing {episodes:,} episodes at once", knob)
+
+
 def check_program_fits(needed: int, device: Any, what: str, knob: str) -> None:
     """One line when a compiled program running on ``device`` needs more bytes than the memory
     available, before it runs: an allocation past it is a crash or the kernel's OOM kill, with

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from esjax.config import RunConfig
+from esjax.files import save_figure
 from esjax.runs import load_metrics, read_run_config
 from esjax.stats import half_widths
 
@@ -123,7 +124,7 @@ def plot_groups(
         fig.suptitle(title, fontsize=11)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
+    save_figure(fig, out)
     return out
 
 
@@ -327,5 +328,5 @@ def plot_grid(record: Mapping[str, Any], out: str | Path, *, title: str | None =
     ax.set_title(title, fontsize=10)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
+    save_figure(fig, out)
     return out

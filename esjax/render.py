@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,9 +28,11 @@ from typing import Any
 import jax
 import numpy as np
 
+from esjax import trust
 from esjax.config import ConfigError, parse_override
 from esjax.envs import env_step, import_gymnax, make_env
 from esjax.episode import episode_keys, split_step_key
+from esjax.files import atomic_write
 from esjax.saved import SavedPolicy
 from esjax.suite_base import Renderer, default_mujoco_gl
 from esjax.tasks import check_param_names, fixed_env_params, split_sampler
@@ -419,26 +422,35 @@ def save_gif(
     captions: Sequence[str] | None = None,
     fps: int = 25,
     draw: Renderer | None = None,
+    through_special: bool = True,
 ) -> Path:
     """Draw every state into one GIF: with ``draw``, a suite's own renderer (an adapter's
-    ``renderer(params)``), where given, else with esjax's scene for ``env_id``."""
+    ``renderer(params)``), where given, else with esjax's scene for ``env_id``.
+
+    The GIF is drawn in a private folder, then written whole with
+    :func:`esjax.files.atomic_write` (``through_special`` as there: False for a file inside a
+    run, where a link must never be written through).
+    """
     from matplotlib.animation import PillowWriter
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    if draw is not None:
-        pictures = [captioned(picture, captions[i] if captions else "")
-                    for i, picture in enumerate(draw(states))]  # fmt: skip
-        # The call PillowWriter makes for the scenes below.
-        pictures[0].save(out, save_all=True, append_images=pictures[1:],
-                         duration=int(1000 / fps), loop=0)  # fmt: skip
-        return out
-    fig, update = scene(env_id, params)
-    writer = PillowWriter(fps=fps)
-    with writer.saving(fig, str(out), dpi=fig.dpi):
-        for i, state in enumerate(states):
-            update(state, captions[i] if captions else "")
-            writer.grab_frame()
+    with tempfile.TemporaryDirectory(prefix="esjax-gif-") as folder:
+        drawn = Path(folder) / "episode.gif"
+        if draw is not None:
+            pictures = [captioned(picture, captions[i] if captions else "")
+                        for i, picture in enumerate(draw(states))]  # fmt: skip
+            # The call PillowWriter makes for the scenes below.
+            pictures[0].save(drawn, save_all=True, append_images=pictures[1:],
+                             duration=int(1000 / fps), loop=0)  # fmt: skip
+        else:
+            fig, update = scene(env_id, params)
+            writer = PillowWriter(fps=fps)
+            with writer.saving(fig, str(drawn), dpi=fig.dpi):
+                for i, state in enumerate(states):
+                    update(state, captions[i] if captions else "")
+                    writer.grab_frame()
+        atomic_write(out, drawn.read_bytes(), through_special=through_special)
     return out
 
 
@@ -499,13 +511,19 @@ def render_run(
     steps: int | None = None,
     fps: int = 25,
     max_frames: int = 250,
+    trust_code: bool = False,
 ) -> tuple[Path, float]:
     """Play one episode of a run's saved policy and write it as a GIF; returns ``(path, return)``.
+
+    Code the run's task names is imported only if this user made the run, or with
+    ``trust_code`` (:mod:`esjax.trust`).
 
     The variant is drawn from the task's training distribution (or ``split``) with ``seed``;
     ``env_params`` (``"l=1.6"`` strings) then pin individual fields.
     """
     default_mujoco_gl()  # before a suite the run names imports MuJoCo
+    if trust_code:
+        trust.grant([run_dir])
     saved = SavedPolicy.load(run_dir, which=which)
     task = saved.task
     env, default_params = make_env(task.env, task.env_kwargs)
@@ -542,9 +560,10 @@ def render_run(
         picked.append(len(states) - 1)
     states = [jax.device_get(states[i]) for i in picked]
     captions = [f"step {i:4d}  return {returns[i]:8.1f}" for i in picked]
-    out = Path(out) if out is not None else Path(run_dir) / "episode.gif"
+    named, out = out is not None, Path(out) if out is not None else Path(run_dir) / "episode.gif"
     try:
-        save_gif(task.env, states, params, out, captions=captions, fps=fps, draw=draw)
+        save_gif(task.env, states, params, out, captions=captions, fps=fps, draw=draw,
+                 through_special=named)  # fmt: skip
     except (ValueError, OverflowError) as error:  # a scene's geometry: a negative mass's root
         if not (pinned or split):
             raise

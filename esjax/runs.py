@@ -37,6 +37,7 @@ import hashlib
 import json
 import math
 import os
+import stat
 import tempfile
 import warnings
 from collections.abc import Iterable
@@ -47,7 +48,17 @@ import numpy as np
 from flax import serialization
 
 from esjax.config import ConfigError, RunConfig
-from esjax.files import atomic_write, fsync_dir
+from esjax.files import (
+    GIB,
+    KIB,
+    MIB,
+    append_bytes,
+    atomic_write,
+    fsync_dir,
+    parse_json,
+    read_bytes,
+    read_json,
+)
 
 CONFIG = "config.json"
 METRICS = "metrics.jsonl"
@@ -59,6 +70,11 @@ FITNESS_FIGURE = "fitness.png"  # drawn after a run (and each sweep configuratio
 TARGET = "target.json"
 LOCK = "run.lock"
 POLICIES = {"final": "final_policy.msgpack", "best": "best_policy.msgpack"}
+# Files other commands write into a run (export, eval --grid, render, report), and trackers'
+# folders: what --overwrite removes besides the run's own files.
+DERIVED_FILES = ("metrics.csv", "grid.json", "grid.png", "episode.gif", "report.md",
+                 "report.json", "report.png")  # fmt: skip
+TRACKER_FOLDERS = ("tensorboard", "wandb", "mlruns")
 _FORMAT = "esjax"
 # The version each kind of file is written with, and the versions still read.
 CHECKPOINT_VERSION = 2  # 1: arrays by position; 2: arrays by name
@@ -66,6 +82,14 @@ _VERSIONS = {"checkpoint": CHECKPOINT_VERSION, "policy": 1}
 _READABLE = {"checkpoint": (1, 2), "policy": (1,)}
 # Files that unpickle (and so can run code) when loaded; esjax never reads them.
 _PICKLE_SUFFIXES = (".pkl", ".pickle", ".pck", ".joblib", ".dill")
+# The most each kind of file can hold; a larger one is refused before it is read. A policy or
+# checkpoint's own limit follows from the run's sizes (:func:`_array_file_limit`).
+CONFIG_LIMIT = 1 * MIB
+SUMMARY_LIMIT = 16 * MIB
+TARGET_LIMIT = 4 * KIB
+METRICS_LIMIT = 4 * GIB
+# The most generations a run can go to (the largest int32: generations are counted on device).
+MAX_GENERATIONS = 2**31 - 1
 
 
 class StorageError(ConfigError):
@@ -73,8 +97,10 @@ class StorageError(ConfigError):
 
 
 # ---------------------------------------------------------------------------- atomic files
-def write_json(path: str | Path, obj: Any) -> None:
-    atomic_write(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+def write_json(path: str | Path, obj: Any, *, through_special: bool = False) -> None:
+    """``obj`` as indented JSON, written whole (see :func:`esjax.files.atomic_write`)."""
+    data = (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
+    atomic_write(path, data, through_special=through_special)
 
 
 def pack(kind: str, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> bytes:
@@ -102,36 +128,83 @@ def unpack(path: str | Path, kind: str) -> tuple[dict[str, Any], dict[str, np.nd
     return meta, arrays
 
 
-def _unpack(path: str | Path, kind: str) -> tuple[int, dict[str, Any], dict[str, np.ndarray]]:
-    """:func:`unpack` with the file's format version, which says how to read its arrays."""
+def _unpack(
+    path: str | Path, kind: str, limit: int | None = None
+) -> tuple[int, dict[str, Any], dict[str, np.ndarray]]:
+    """:func:`unpack` with the file's format version, which says how to read its arrays.
+
+    Every field is checked before it is used, so an edited file is one :class:`ConfigError`.
+    """
     path = Path(path)
     try:
-        outer = serialization.msgpack_restore(path.read_bytes())
+        data = read_bytes(path, limit if limit is not None else _array_file_limit())
     except FileNotFoundError as err:
         raise ConfigError(f"{path}: no such file") from err
-    except Exception as err:  # msgpack raises several types on garbage
-        raise ConfigError(f"{path}: not an esjax {kind} file ({err})") from err
+    outer = _restore(data, path, kind)
     if not isinstance(outer, dict) or outer.get("format") != _FORMAT or outer.get("kind") != kind:
         raise ConfigError(f"{path}: not an esjax {kind} file")
     version = outer.get("version")
     if version not in _READABLE[kind]:
         raise ConfigError(f"{path}: {kind} format version {version} is not supported")
-    payload = outer["payload"]
-    if hashlib.sha256(payload).hexdigest() != outer["sha256"]:
+    payload, digest = outer.get("payload"), outer.get("sha256")
+    if not isinstance(payload, bytes) or not isinstance(digest, str):
+        raise ConfigError(f"{path}: not an esjax {kind} file (no payload or checksum)")
+    if hashlib.sha256(payload).hexdigest() != digest:
         raise ConfigError(f"{path}: checksum mismatch, the file is damaged")
-    inner = serialization.msgpack_restore(payload)
-    arrays = {k: np.asarray(v) for k, v in inner["arrays"].items()}
-    return version, json.loads(inner["meta"]), arrays
+    inner = _restore(payload, path, kind)
+    if not isinstance(inner, dict) or not isinstance(inner.get("meta"), str):
+        raise ConfigError(f"{path}: not an esjax {kind} file (no metadata)")
+    if not isinstance(inner.get("arrays"), dict):
+        raise ConfigError(f"{path}: not an esjax {kind} file (no arrays)")
+    arrays = {str(k): _numeric(v, path, k) for k, v in inner["arrays"].items()}
+    meta = parse_json(inner["meta"], f"{path}: metadata")
+    if not isinstance(meta, dict):
+        raise ConfigError(f"{path}: its metadata is not a table")
+    return version, meta, arrays
+
+
+def _restore(data: bytes, path: Path, kind: str) -> Any:
+    try:
+        return serialization.msgpack_restore(data)
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to be an esjax {kind} file") from None
+    except Exception as err:  # msgpack raises several types on garbage
+        raise ConfigError(f"{path}: not an esjax {kind} file ({err})") from None
+
+
+def _numeric(value: Any, path: Path, name: Any) -> np.ndarray:
+    """A stored array as numbers (booleans, integers or floats), never objects or strings."""
+    array = np.asarray(value) if isinstance(value, np.ndarray) else None
+    if array is None or array.dtype.kind not in "biuf":
+        raise ConfigError(f"{path}: array {name!r} is not an array of numbers")
+    return array
+
+
+def _array_file_limit() -> int:
+    """The largest checkpoint or policy read: half this machine's memory (a larger file could
+    not be restored anyway), so a huge file is one clear error rather than a ``MemoryError``."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    except (ValueError, OSError, AttributeError):
+        return 8 * GIB
 
 
 # ---------------------------------------------------------------------------- run directory
 def is_run_dir(path: str | Path) -> bool:
-    return (Path(path) / CONFIG).is_file()
+    return is_regular(Path(path) / CONFIG)
+
+
+def is_regular(path: Path) -> bool:
+    """Whether ``path`` itself, not a link to one, is a regular file."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def has_checkpoint(run_dir: str | Path) -> bool:
     """Whether the run has a checkpoint to resume from (the newest or the one before it)."""
-    return any((Path(run_dir) / name).is_file() for name in (CHECKPOINT, PREV_CHECKPOINT))
+    return any(is_regular(Path(run_dir) / name) for name in (CHECKPOINT, PREV_CHECKPOINT))
 
 
 def write_target(run_dir: str | Path, generations: int) -> None:
@@ -152,8 +225,10 @@ def drop_summary_short_of(run_dir: str | Path, generations: int) -> None:
     """
     path = Path(run_dir) / SUMMARY
     try:
-        done = json.loads(path.read_text())["generations"]
-    except (OSError, ValueError, KeyError, TypeError):
+        done = read_json(path, SUMMARY_LIMIT)["generations"]
+    except (OSError, ConfigError, KeyError, TypeError):
+        if path.is_symlink():  # a link is never the run's own summary: drop it, not its target
+            path.unlink()
         return
     if not isinstance(done, int) or done < generations:
         path.unlink(missing_ok=True)
@@ -162,10 +237,10 @@ def drop_summary_short_of(run_dir: str | Path, generations: int) -> None:
 def read_target(run_dir: str | Path) -> int | None:
     """The target :func:`write_target` recorded, or None (never extended, or unreadable)."""
     try:
-        value = json.loads((Path(run_dir) / TARGET).read_text())["generations"]
-    except (OSError, ValueError, KeyError, TypeError):
+        value = read_json(Path(run_dir) / TARGET, TARGET_LIMIT)["generations"]
+    except (OSError, ConfigError, KeyError, TypeError):
         return None
-    return value if isinstance(value, int) and value > 0 else None
+    return value if isinstance(value, int) and 0 < value <= MAX_GENERATIONS else None
 
 
 def check_writable(path: str | Path) -> None:
@@ -193,13 +268,11 @@ def read_run_config(run_dir: str | Path) -> RunConfig:
     warn_about_pickles(run_dir)
     path = Path(run_dir) / CONFIG
     try:
-        data = json.loads(path.read_text())
+        data = read_json(path, CONFIG_LIMIT)
     except (FileNotFoundError, NotADirectoryError) as err:
         raise ConfigError(f"{run_dir}: not an esjax run directory (no {CONFIG})") from err
-    except OSError as err:  # unreadable: permissions, a directory named config.json
+    except OSError as err:  # unreadable: permissions
         raise ConfigError(f"{path}: cannot read it: {_reason(err)}") from err
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path}: not valid JSON: {err}") from err
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: not an esjax run config")
     return RunConfig.from_json(data, str(path))
@@ -234,46 +307,75 @@ def _json_value(value: Any) -> Any:
 
 def append_metrics(run_dir: str | Path, rows: Iterable[dict[str, Any]]) -> None:
     lines = "".join(json.dumps({k: _json_value(v) for k, v in row.items()}) + "\n" for row in rows)
-    with (Path(run_dir) / METRICS).open("a") as handle:
-        handle.write(lines)
-        handle.flush()
-        os.fsync(handle.fileno())
+    append_bytes(Path(run_dir) / METRICS, lines.encode())
 
 
 def read_summary(run_dir: str | Path) -> dict[str, Any]:
     """A finished run's ``summary.json``; an unreadable one is one clear error."""
     path = Path(run_dir) / SUMMARY
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as err:
+        summary = read_json(path, SUMMARY_LIMIT)
+    except OSError as err:
         raise ConfigError(f"{path}: cannot read the run's summary ({err})") from None
+    if not isinstance(summary, dict):
+        raise ConfigError(f"{path}: not a run summary")
+    return summary
 
 
 def load_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     """The rows of ``metrics.jsonl``; a torn last line (a crash mid-write) is skipped, and so
-    is any line that is not a JSON object (a file edited or damaged by hand)."""
+    is any line that is not a JSON object (a file edited or damaged by hand). A row whose
+    fields are not what esjax writes is one :class:`ConfigError` naming its line."""
     path = Path(run_dir) / METRICS
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         if not is_run_dir(run_dir):
             raise ConfigError(f"{run_dir}: not an esjax run directory (no {CONFIG})")
         return []
     rows = []
-    for line in path.read_text(errors="replace").splitlines():
+    text = read_bytes(path, METRICS_LIMIT).decode(errors="replace")
+    for number, line in enumerate(text.splitlines(), 1):
         try:
             row = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(row, dict):
-            rows.append(row)
+            rows.append(check_row(row, f"{path}: line {number}"))
     return rows
+
+
+# What a metrics row's fields must be when present: counts, and numbers or null.
+_COUNT_FIELDS = ("generation", "env_steps", "seed", "nonfinite")
+
+
+def check_row(row: dict[str, Any], where: str) -> dict[str, Any]:
+    """``row`` if every field is what esjax writes (``generation`` a count, statistics numbers
+    or null), else a :class:`ConfigError` naming the field."""
+    if not isinstance(row, dict):
+        raise ConfigError(f"{where}: not a metrics row")
+    if "generation" not in row:
+        raise ConfigError(f"{where}: no generation")
+    for key, value in row.items():
+        if key in _COUNT_FIELDS:
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**63:
+                raise ConfigError(f"{where}: {key} is not a count ({value!r:.40})")
+        elif (
+            value is not None
+            and (isinstance(value, bool) or not isinstance(value, int | float | str))
+        ) or (isinstance(value, str) and key not in _TEXT_FIELDS):
+            raise ConfigError(f"{where}: {key} is not a number ({value!r:.40})")
+    return row
+
+
+# Fields of a metrics row that hold text (a sweep configuration's label).
+_TEXT_FIELDS = ("label", "configuration", "split")
 
 
 def truncate_metrics(run_dir: str | Path, generation: int) -> None:
     """Keep only rows up to ``generation``: what a checkpoint at that generation has seen."""
     path = Path(run_dir) / METRICS
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return
-    rows = [row for row in load_metrics(run_dir) if row.get("generation", 0) <= generation]
+    rows = [row for row in load_metrics(run_dir) if row["generation"] <= generation]
     atomic_write(path, "".join(json.dumps(row) + "\n" for row in rows).encode())
 
 
@@ -301,7 +403,7 @@ def save_checkpoint(
             raise ValueError(f"checkpoint arrays are named by non-empty strings, got {name!r}")
     data = pack("checkpoint", meta, arrays)
     current = run_dir / CHECKPOINT
-    if current.is_file():
+    if is_regular(current):
         _keep_previous(current, run_dir / PREV_CHECKPOINT)
     atomic_write(current, data)
 
@@ -310,9 +412,9 @@ def _keep_previous(current: Path, previous: Path) -> None:
     tmp = previous.with_name(f".{previous.name}.link.tmp")
     tmp.unlink(missing_ok=True)
     try:
-        os.link(current, tmp)
+        os.link(current, tmp, follow_symlinks=False)
     except OSError:  # no hard links on this filesystem
-        atomic_write(previous, current.read_bytes())
+        atomic_write(previous, read_bytes(current, _array_file_limit()))
         return
     try:
         os.replace(tmp, previous)
@@ -335,7 +437,7 @@ def load_checkpoint(run_dir: str | Path) -> Checkpoint:
         version, meta, arrays = _unpack(run_dir / CHECKPOINT, "checkpoint")
     except ConfigError as err:
         previous = run_dir / PREV_CHECKPOINT
-        if not previous.is_file():
+        if not is_regular(previous):
             raise
         try:
             version, meta, arrays = _unpack(previous, "checkpoint")
@@ -375,11 +477,35 @@ def read_policy(
     """``(meta, flat params, (obs mean, obs std) or None)`` of one seed of a saved policy."""
     if which not in POLICIES:
         raise ConfigError(f"unknown policy {which!r}; choose from {', '.join(POLICIES)}")
-    meta, arrays = unpack(Path(run_dir) / POLICIES[which], "policy")
-    count = arrays["params"].shape[0]
+    path = Path(run_dir) / POLICIES[which]
+    _, meta, arrays = _unpack(path, "policy", _policy_limit(run_dir))
+    params = arrays.get("params")
+    if params is None or params.ndim != 2:
+        raise ConfigError(f"{path}: no params of shape (seeds, parameters)")
+    count = params.shape[0]
     if not 0 <= seed < count:
         raise ConfigError(f"{run_dir}: seed index {seed} out of range; the run has {count} seed(s)")
     stats = None
+    if ("obs_mean" in arrays) != ("obs_std" in arrays):
+        raise ConfigError(f"{path}: observation statistics need both obs_mean and obs_std")
     if "obs_mean" in arrays:
-        stats = (arrays["obs_mean"][seed], arrays["obs_std"][seed])
-    return meta, arrays["params"][seed], stats
+        mean, std = arrays["obs_mean"], arrays["obs_std"]
+        if mean.shape != std.shape or mean.ndim < 2 or mean.shape[0] != count:
+            raise ConfigError(f"{path}: obs_mean and obs_std are not one vector per seed")
+        stats = (mean[seed], std[seed])
+    return meta, params[seed].astype(np.float32), stats
+
+
+def _policy_limit(run_dir: str | Path) -> int:
+    """The largest policy file this run can have: its seeds' parameters and observation
+    statistics, with room for the format (any size when the config does not say)."""
+    try:
+        config = read_run_config(run_dir)
+    except ConfigError:
+        return _array_file_limit()
+    if config.num_dims <= 0:
+        return _array_file_limit()
+    return MIB + 2 * _FLOAT_BYTES * config.seeds * config.num_dims + 64 * MIB
+
+
+_FLOAT_BYTES = 4

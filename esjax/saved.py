@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from esjax import runs
+from esjax import runs, trust
 from esjax.baselines import check_baseline, reference_returns
 from esjax.config import DEFAULT_TEST_EPISODES, ConfigError, RunConfig, TaskConfig
 from esjax.engine import flat_template, seed_keys
@@ -54,6 +54,7 @@ def make_test_rollout(run_dir: str | Path, split: str | None = None) -> tuple[Ru
     configurations, the seeds of a run), so each compiles once.
     """
     config = runs.read_run_config(run_dir)
+    trust.check_run(run_dir, config.task)  # before its env is made: a run is data until trusted
     return config, shared_rollout(config.task, split=split, source=str(run_dir))
 
 
@@ -100,6 +101,12 @@ class SavedPolicy:
             raise ConfigError(
                 f"{run_dir}: saved policy has {flat.size} parameters, the task's policy needs "
                 f"{template.size}"
+            )
+        if stats is not None and stats[0].shape != (rollout.obs_size,):
+            raise ConfigError(
+                f"{run_dir / runs.POLICIES[which]}: observation statistics of shape "
+                f"{stats[0].shape}, the "
+                f"task's observations {rollout.obs_size} numbers"
             )
         obs_stats = ObsStats(*(jnp.asarray(s) for s in stats)) if stats is not None else None
         return cls(Path(run_dir), config, task, which, seed, flat, obs_stats, rollout)
@@ -156,8 +163,16 @@ class SavedPolicy:
         _FITTING_TESTS.add(checked)
 
 
-def load_policy(run_dir: str | Path, which: str = "final", seed: int = 0) -> Controller:
-    """The final (search mean) or best evaluated policy of seed index ``seed`` of a run."""
+def load_policy(
+    run_dir: str | Path, which: str = "final", seed: int = 0, *, trust_code: bool = False
+) -> Controller:
+    """The final (search mean) or best evaluated policy of seed index ``seed`` of a run.
+
+    Code the run's task names (a ``module:factory`` env) is imported only when this user made
+    the run, or with ``trust_code`` (:mod:`esjax.trust`).
+    """
+    if trust_code:
+        trust.grant([run_dir])
     return SavedPolicy.load(run_dir, which, seed).controller()
 
 
@@ -168,8 +183,11 @@ def evaluate_run(
     seed: int = 0,
     which: str = "final",
     built: tuple[Any, Any] | None = None,
+    *,
+    trust_code: bool = False,
 ) -> dict[str, Any]:
-    """Test returns of a saved policy on held-out episodes.
+    """Test returns of a saved policy on held-out episodes (``trust_code``: as
+    :func:`load_policy`).
 
     Deterministic actions (unless the task samples them) and the policy's frozen
     normalisation statistics; ``seed`` is the seed index within the run; ``split`` a task
@@ -179,12 +197,13 @@ def evaluate_run(
     if episodes is not None and (not isinstance(episodes, int) or episodes <= 0):
         # checked before the test rollout is built (seconds), so a bad count fails at once
         raise ConfigError(f"episodes must be a positive integer, got {episodes!r}")
+    if trust_code:
+        trust.grant([run_dir])
     built = built or make_test_rollout(run_dir, split)
     policy = SavedPolicy.load(run_dir, which, seed, built=built)
     if episodes is None:
         episodes = built[0].task.test_episodes
-    else:  # the caller's count: any size, so checked before it runs
-        policy.check_test_fits(episodes)
+    policy.check_test_fits(episodes)  # the caller's count, or a task's: checked before it runs
     returns = policy.test_returns(episodes)
     return {
         "mean": float(np.mean(returns)),

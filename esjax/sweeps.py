@@ -17,7 +17,6 @@ import datetime as _dt
 import itertools
 import json
 import re
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,12 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from esjax import runs
+from esjax import runs, trust
 from esjax.config import ConfigError, RunConfig, changed_keys, parse_override
 from esjax.evolve import Interrupted, build_engine, check_memory, complete_sizes, resolve_config
-from esjax.lifecycle import Run, RunInUse, RunLock, StopSignals, backend_modules
+from esjax.files import MIB, read_json
+from esjax.lifecycle import Run, RunInUse, RunLock, StopSignals, backend_modules, remove_written
 from esjax.loop import drive
 from esjax.plotting import Group, plot_grid, plot_groups, plot_runs, solved_return_of, split_seeds
+from esjax.presets import load_task
 from esjax.stats import interval_bounds
 from esjax.trackers import RunLogger, check_backends
 
@@ -39,6 +40,9 @@ SWEEP = "sweep.json"
 CHECKPOINT_EVERY_S = 30.0
 FIGURE = "sweep.png"
 CURVES = "sweep-curves.png"
+# What a sweep writes in its folder besides its configurations' runs (and report's files).
+SWEEP_LIMIT = 64 * MIB
+SWEEP_FILES = (SWEEP, FIGURE, CURVES, trust.SEAL, *runs.DERIVED_FILES)
 
 
 @dataclass(frozen=True)
@@ -142,13 +146,16 @@ def sweep(
     log: Sequence[str] = (),
     on_progress: Callable[[dict[str, Any]], None] | None = None,
     on_configuration: Callable[[Configuration, int, int], None] | None = None,
+    trust_code: bool = False,
 ) -> dict[str, Any]:
     """Run every configuration of the sweep and return the ``sweep.json`` record.
 
     ``vary`` holds ``KEY=V1,V2,...`` strings (keys as for ``--set``); the other arguments are
     shared by every configuration as in :func:`esjax.evolve.evolve`. ``on_configuration`` is
     called with ``(configuration, index, count)`` before each one runs; ``log`` names trackers.
-    With ``resume=True`` the sweep in ``out`` continues from its own ``sweep.json``.
+    With ``resume=True`` the sweep in ``out`` continues from its own ``sweep.json``; code its
+    task names is imported only if this user made the sweep, or with ``trust_code``
+    (:mod:`esjax.trust`).
     """
     check_backends(log)
     given = {"task": task, "vary": list(vary), "seeds": seeds, "seed": seed,
@@ -162,6 +169,9 @@ def sweep(
     if spec["task"] is None:
         raise ConfigError("missing TASK: a preset name (see `esjax list`) or a TOML file")
     grid = configurations(spec["vary"])
+    if resume:  # before any task is resolved: resolving makes the env
+        tasks = [load_task(spec["task"], [*spec["overrides"], *c.overrides])[1] for c in grid]
+        trust.check_sweep(out, spec, tasks, trust_code)
     resolved = _resolve_all(spec, grid)  # every configuration is valid before anything compiles
     sweep_dir = Path(out) if out is not None else _default_dir(spec["task"])
     if not resume:
@@ -169,12 +179,15 @@ def sweep(
             raise ConfigError(f"{sweep_dir} exists and is not a directory")
         sweep_dir.mkdir(parents=True, exist_ok=True)
     if resume:
+        for configuration in grid:
+            configuration_dir(sweep_dir, configuration.name)  # no link stands in for one
         _check_runs_unchanged(sweep_dir, grid, resolved)
     lock = _lock(sweep_dir)
     try:
         if not resume:
             _prepare(sweep_dir, overwrite)
             runs.write_json(sweep_dir / SWEEP, {"spec": spec, "configurations": []})
+            trust.seal_sweep(sweep_dir, spec)
         _run_unfinished(sweep_dir, grid, resolved, log, on_progress, on_configuration)
         record = summarize(sweep_dir, grid, spec)
         runs.write_json(sweep_dir / SWEEP, record)
@@ -222,7 +235,9 @@ def _check_runs_unchanged(
         run_dir = sweep_dir / configuration.name
         if not runs.is_run_dir(run_dir) or (run_dir / runs.SUMMARY).is_file():
             continue  # not started, or finished: nothing of it runs again
-        stored = complete_sizes(runs.read_run_config(run_dir)).state_key()
+        stored = runs.read_run_config(run_dir)
+        trust.check_run(run_dir, stored.task)  # its own config may name other code than the spec
+        stored = complete_sizes(stored).state_key()
         now = config.state_key()
         if stored != now:
             changed = ", ".join(changed_keys(stored, now)[:4])
@@ -315,28 +330,57 @@ def _prepare(sweep_dir: Path, overwrite: bool) -> None:
         raise ConfigError(
             f"{sweep_dir} exists; pass --resume to continue it or --overwrite to replace it"
         )
-    if not (sweep_dir / SWEEP).is_file():
+    if not runs.is_regular(sweep_dir / SWEEP):
         raise ConfigError(f"{sweep_dir} is not a sweep directory (no {SWEEP}); not replacing it")
-    for path in contents:
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    configurations = [p.name for p in contents if not p.is_symlink() and runs.is_run_dir(p)]
+    remove_written(sweep_dir, SWEEP_FILES, configurations)
+
+
+def read_record(sweep_dir: str | Path) -> dict[str, Any]:
+    """A sweep's ``sweep.json``, read as data: no link followed, its size bounded."""
+    sweep_dir = Path(sweep_dir)
+    path = sweep_dir / SWEEP
+    if not path.exists() and not path.is_symlink():
+        raise ConfigError(f"{sweep_dir}: not a sweep directory (no {SWEEP})")
+    record = read_json(path, SWEEP_LIMIT)
+    if not isinstance(record, dict):
+        raise ConfigError(f"{path}: not a sweep record")
+    return record
 
 
 def read_spec(sweep_dir: str | Path) -> dict[str, Any]:
-    """The arguments a sweep was started with, from its ``sweep.json``."""
-    sweep_dir = Path(sweep_dir)
-    path = sweep_dir / SWEEP
-    if not path.is_file():
-        raise ConfigError(f"{sweep_dir}: not a sweep directory (no {SWEEP})")
-    try:
-        spec = json.loads(path.read_text())["spec"]
-    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path}: unreadable ({err})") from None
+    """The arguments a sweep was started with, from its ``sweep.json``, each of its type."""
+    path = Path(sweep_dir) / SWEEP
+    spec = read_record(sweep_dir).get("spec")
     kinds = {"vary": list, "overrides": list, "seeds": int, "seed": int}
     if not isinstance(spec, dict) or any(
-        not isinstance(spec.get(key), kind) for key, kind in kinds.items()
+        not isinstance(spec.get(key), kind) or isinstance(spec.get(key), bool)
+        for key, kind in kinds.items()
     ):
         raise ConfigError(f"{path}: not a sweep record (its spec lacks {', '.join(kinds)})")
+    if not all(isinstance(item, str) for item in [*spec["vary"], *spec["overrides"]]):
+        raise ConfigError(f"{path}: spec: vary and overrides are lists of strings")
+    if not isinstance(spec.get("task"), str):
+        raise ConfigError(f"{path}: spec: task is not a task name or file")
+    for key in ("strategy",):
+        if spec.get(key) is not None and not isinstance(spec[key], str):
+            raise ConfigError(f"{path}: spec: {key} is not a name")
+    for key in ("popsize", "generations", "rollouts", "test_episodes"):
+        value = spec.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise ConfigError(f"{path}: spec: {key} is not an integer")
     return spec
+
+
+def configuration_dir(sweep_dir: Path, name: Any) -> Path:
+    """A configuration's run directory, which a sweep keeps as a plain folder inside itself:
+    a name with a separator, ``..`` or a link there is refused (a sweep is data)."""
+    if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name:
+        raise ConfigError(f"{sweep_dir / SWEEP}: {name!r} is not a folder of this sweep")
+    path = sweep_dir / name
+    if path.is_symlink():
+        raise ConfigError(f"{path}: a symbolic link; esjax follows no link in a sweep")
+    return path
 
 
 # ---------------------------------------------------------------------------- one program
@@ -562,7 +606,7 @@ def _test_returns(run_dir: Path, config: RunConfig, episodes: int, judged: Any) 
 def plot_sweep(sweep_dir: Path, record: dict[str, Any]) -> Path:
     """Curves per configuration (mean and 95% band); a heatmap too for two numeric axes."""
     entries = record["configurations"]
-    run_dirs = [sweep_dir / e["run_dir"] for e in entries]
+    run_dirs = [configuration_dir(sweep_dir, e["run_dir"]) for e in entries]
     groups = [
         Group(", ".join(e["overrides"]), (runs.load_metrics(d),))
         for e, d in zip(entries, run_dirs, strict=True)

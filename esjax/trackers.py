@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from esjax import runs
 from esjax.config import ConfigError
+from esjax.files import open_regular, parse_json
 
 BACKENDS = ("tensorboard", "wandb", "mlflow")
 _MODULES = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
@@ -234,15 +235,19 @@ class RunLogger:
             self.trackers = [_TRACKERS[name](self.run_dir, config) for name in self.names]
             self._opened = True
         path = self.run_dir / runs.METRICS
-        if not path.is_file():
+        if not runs.is_regular(path):
             return
-        with path.open("rb") as file:
-            file.seek(self._offset)
-            data = file.read()
+        fd = open_regular(path)  # the run's own file: no link followed
+        try:
+            data = os.pread(fd, runs.METRICS_LIMIT, self._offset)
+        finally:
+            os.close(fd)
         complete = data[: data.rfind(b"\n") + 1]  # a row still being written waits
+        lines = [line for line in complete.splitlines() if line.strip()]
+        where = f"{path}: from byte {self._offset}"
         self._offset += len(complete)
-        rows = [json.loads(line) for line in complete.splitlines() if line.strip()]
-        rows = [row for row in rows if int(row["generation"]) > self.skip_through]
+        rows = [runs.check_row(parse_json(line, where), where) for line in lines]
+        rows = [row for row in rows if row["generation"] > self.skip_through]
         for generation, values in by_generation(rows):
             for tracker in self.trackers:
                 tracker.log(generation, values)
@@ -309,7 +314,7 @@ def write_metrics_csv(run_dir: str | Path, target: str | Path | None = None) -> 
     text = metrics_csv(run_dir)
     path = Path(target) if target is not None else Path(run_dir) / "metrics.csv"
     try:
-        runs.atomic_write(path, text.encode())
+        runs.atomic_write(path, text.encode(), through_special=target is not None)
     except OSError as error:
         raise ConfigError(f"{path}: cannot write ({error.strerror or error})") from None
     return path

@@ -27,6 +27,7 @@ from collections import defaultdict
 import pytest
 
 _CACHE_DIR = "ESJAX_CACHE_DIR"  # esjax.cache.ENV_DIR, without importing esjax this early
+_TRUST_KEY = "ESJAX_TRUST_KEY"  # esjax.trust.KEY_ENV
 # Longest first, by the seconds each file's tests took in one run of the whole suite here (2
 # cores, two workers, loadfile); every other file keeps its place after these.
 _LONGEST_FILES = (
@@ -59,6 +60,10 @@ def pytest_configure(config):
     config._esjax_cache = tempfile.mkdtemp(prefix="esjax-test-xla-")
     config._esjax_saved = os.environ.get(_CACHE_DIR)
     os.environ[_CACHE_DIR] = config._esjax_cache
+    # The runs the tests make are sealed with a key of the test process's own (esjax.trust),
+    # never with the user's.
+    config._esjax_saved_key = os.environ.get(_TRUST_KEY)
+    os.environ[_TRUST_KEY] = os.path.join(config._esjax_cache, "trust.key")
 
 
 # On the controller of a parallel run: test file -> the workers that ran its tests.
@@ -95,5 +100,10 @@ def pytest_unconfigure(config):
         os.environ.pop(_CACHE_DIR, None)
     else:
         os.environ[_CACHE_DIR] = saved
+    saved_key = getattr(config, "_esjax_saved_key", None)
+    if saved_key is None:
+        os.environ.pop(_TRUST_KEY, None)
+    else:
+        os.environ[_TRUST_KEY] = saved_key
     if getattr(config, "_esjax_cache", None):
         shutil.rmtree(config._esjax_cache, ignore_errors=True)

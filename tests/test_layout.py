@@ -27,8 +27,8 @@ LAYERS = {
         "memory", "cache", "programs", "preflight",
     ],
     "host": [
-        "runs", "lifecycle", "loop", "evolve", "saved", "sweeps", "meta", "plotting", "render",
-        "trackers", "evaluation", "report",
+        "runs", "trust", "lifecycle", "loop", "evolve", "saved", "sweeps", "meta", "plotting",
+        "render", "trackers", "evaluation", "report",
     ],
     "interface": [
         "progress", "terminal", "tables", "commands", "launch", "cli", "__main__", "__init__",

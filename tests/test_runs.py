@@ -247,7 +247,8 @@ def test_pendulum_defaults_reach_minus_200(tmp_path):
 
 def test_atomic_write_writes_into_a_pipe_rather_than_replacing_it(tmp_path):
     """A rename would put a file in place of a FIFO or device node (``--out /dev/stdout``, a
-    link to the process's pipe); such a target is written to as it is, named or linked."""
+    link to the process's pipe); such a target the user named is written to as it is, named or
+    linked. Inside a run (no ``through_special``) a link to one is replaced like any link."""
     import os
     import stat
     import threading
@@ -260,10 +261,13 @@ def test_atomic_write_writes_into_a_pipe_rather_than_replacing_it(tmp_path):
         received = []
         reader = threading.Thread(target=lambda got=received: got.append(fifo.read_bytes()))
         reader.start()
-        runs.atomic_write(target, b"through the pipe")
+        runs.atomic_write(target, b"through the pipe", through_special=True)
         reader.join(timeout=30)
         assert received == [b"through the pipe"]
     assert stat.S_ISFIFO(fifo.stat().st_mode) and link.is_symlink()
+    runs.atomic_write(link, b"in the run")
+    assert not link.is_symlink() and link.read_bytes() == b"in the run"
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
     # A link to a regular file is still replaced by a new file (a run directory's files are
     # never written through into another directory).
     other = tmp_path / "other.json"

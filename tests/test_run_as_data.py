@@ -1,0 +1,445 @@
+"""Issue 57: a run or sweep directory is data. Nothing in one runs code the user has not
+trusted, follows a link or is read unbounded, and every malformed field is one line, exit 2.
+
+Each repro of the issue is a test here, on copies of one real tiny cartpole run with one file
+edited. Commands run in this process (:func:`cli`), so an exception that escapes the command
+line's error handling fails the test as the traceback a user would see; the fuzz test is in
+``test_run_fuzz.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import shutil
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from flax import serialization
+
+from esjax import runs, trust
+from esjax.config import ConfigError
+from esjax.evolve import evolve
+
+SMALL = ["episode_length=32", "evaluation.every=1", "evaluation.episodes=2", "test_episodes=4"]
+
+
+def cli(*args: object) -> tuple[int, str]:
+    """``esjax ARGS`` in this process: ``(exit code, stdout and stderr)``."""
+    from esjax.cli import app
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            code = app([str(a) for a in args], prog_name="esjax", standalone_mode=False)
+        except SystemExit as stop:
+            code = stop.code
+    return int(code or 0), out.getvalue()
+
+
+def assert_one_line(code: int, output: str, *parts: str) -> None:
+    assert code == 2, output
+    lines = [line for line in output.strip().splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, output
+    for part in parts:
+        assert part in output, output
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """A finished cartpole run made here (so sealed with this process's key)."""
+    out = tmp_path_factory.mktemp("made") / "run"
+    evolve("cartpole", generations=2, popsize=16, overrides=SMALL, out=out)
+    return out
+
+
+@pytest.fixture(autouse=True)
+def forget_grants():
+    trust._GRANTED.clear()
+    yield
+    trust._GRANTED.clear()
+
+
+@pytest.fixture
+def run(made, tmp_path):
+    """A copy of the run, as a colleague would hand it over, with a folder beside it whose
+    files must never change."""
+    copy = tmp_path / "run"
+    shutil.copytree(made, copy, symlinks=True)
+    (tmp_path / "outside").mkdir()
+    return copy
+
+
+def edit_config(run_dir: Path, **task: object) -> None:
+    path = run_dir / runs.CONFIG
+    data = json.loads(path.read_text())
+    data["task"].update(task)
+    path.write_text(json.dumps(data))
+
+
+EVIL = """
+import pathlib
+import gymnax
+pathlib.Path({marker!r}).write_text("ran")
+def make(**kwargs):
+    return gymnax.make("CartPole-v1")
+"""
+
+
+def evil_file(folder: Path, marker: Path, name: str = "evil.py") -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(EVIL.format(marker=str(marker))))
+    return path
+
+
+# ---------------------------------------------------------------------------- code execution
+@pytest.mark.parametrize("command", ["eval", "render", "resume", "load_policy"])
+def test_os_system_in_a_shared_config_runs_nothing(run, tmp_path, command):
+    marker = tmp_path / "outside" / "PWNED"
+    edit_config(run, env="os:system", env_kwargs={"command": f"touch {marker}"})
+    if command == "load_policy":
+        from esjax import load_policy
+
+        with pytest.raises(trust.UntrustedCode, match="os:system"):
+            load_policy(run)
+    else:
+        args = {"eval": ["eval", run], "render": ["render", run],
+                "resume": ["evolve", "--resume", "--out", run]}[command]  # fmt: skip
+        assert_one_line(*cli(*args), "'os:system'", "--trust-code")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("command", ["eval", "render", "resume", "load_policy"])
+def test_a_python_file_inside_a_shared_run_is_not_run(run, tmp_path, command):
+    marker = tmp_path / "outside" / "ran"
+    evil = evil_file(run, marker)
+    edit_config(run, env=f"{evil}:make", env_kwargs={})
+    if command == "load_policy":
+        from esjax import load_policy
+
+        with pytest.raises(trust.UntrustedCode):
+            load_policy(run)
+    else:
+        args = {"eval": ["eval", run], "render": ["render", run],
+                "resume": ["evolve", "--resume", "--out", run]}[command]  # fmt: skip
+        assert_one_line(*cli(*args), "evil.py:make")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("name", ["evil.py:make", "evilmod:make"])
+def test_code_beside_the_working_directory_is_not_run(run, tmp_path, monkeypatch, name):
+    marker = tmp_path / "outside" / "ran"
+    evil_file(run, marker, "evilmod.py" if name.startswith("evilmod") else "evil.py")
+    edit_config(run, env=name, env_kwargs={})
+    monkeypatch.chdir(run)
+    assert_one_line(*cli("eval", "."), name)
+    assert not marker.exists()
+
+
+def test_trust_code_is_the_users_say_so(run, tmp_path):
+    """With --trust-code the named code runs (the door is there); a run made here needs none."""
+    marker = tmp_path / "outside" / "ran"
+    evil = evil_file(run, marker)
+    edit_config(run, env=f"{evil}:make", env_kwargs={})
+    code, output = cli("eval", run, "--trust-code", "--episodes", "2", "--json")
+    assert code == 0, output
+    assert marker.exists()
+    assert json.loads(output.strip().splitlines()[-1])["episodes"] == 2
+
+
+def test_a_run_made_here_with_its_own_env_file_needs_no_flag(tmp_path):
+    marker = tmp_path / "made-marker"
+    evil = evil_file(tmp_path, marker, "mine.py")
+    task = tmp_path / "mine.toml"
+    task.write_text(f'env = "{evil}:make"\nepisode_length = 16\ntest_episodes = 4\n')
+    out = tmp_path / "mine"
+    evolve(str(task), generations=1, popsize=8, out=out)
+    assert (out / trust.SEAL).is_file()
+    code, output = cli("eval", out, "--episodes", "2")
+    assert code == 0, output
+    # The same run copied to another user (another key) is foreign there.
+    other = tmp_path / "other.key"
+    other.write_text("f" * 64)
+    os.environ[trust.KEY_ENV], saved = str(other), os.environ[trust.KEY_ENV]
+    try:
+        assert_one_line(*cli("eval", out), "mine.py:make")
+    finally:
+        os.environ[trust.KEY_ENV] = saved
+
+
+def test_report_does_not_run_a_shared_runs_code(run, tmp_path):
+    """report.py tests a run again when its task has no random_return but a solved_return."""
+    marker = tmp_path / "outside" / "ran"
+    evil = evil_file(run, marker)
+    edit_config(run, env=f"{evil}:make", env_kwargs={}, random_return=None, solved_return=100.0)
+    assert_one_line(*cli("report", run, "--out", tmp_path / "report"), "evil.py:make")
+    summary = json.loads((run / runs.SUMMARY).read_text())
+    summary.pop("final_test_return_per_seed", None)
+    (run / runs.SUMMARY).write_text(json.dumps(summary))
+    edit_config(run, random_return=0.0)
+    assert_one_line(*cli("report", run, "--out", tmp_path / "report"), "evil.py:make")
+    assert not marker.exists()
+
+
+@pytest.fixture(scope="module")
+def made_sweep(tmp_path_factory):
+    from esjax.sweeps import sweep
+
+    out = tmp_path_factory.mktemp("sweep") / "sweep"
+    sweep("cartpole", ["strategy_settings.learning_rate=0.05,0.1"], generations=1, popsize=8,
+          overrides=SMALL, out=out)  # fmt: skip
+    return out
+
+
+def test_a_shared_sweeps_spec_runs_no_code(made_sweep, tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    shutil.copytree(made_sweep, sweep_dir, symlinks=True)
+    marker = tmp_path / "PWNED"
+    record = json.loads((sweep_dir / "sweep.json").read_text())
+    record["spec"]["overrides"] = ["env=os:system", f'env_kwargs.command="touch {marker}"']
+    (sweep_dir / "sweep.json").write_text(json.dumps(record))
+    assert_one_line(*cli("sweep", "--resume", "--out", sweep_dir), "'os:system'")
+    assert not marker.exists()
+
+
+def test_a_sweeps_runs_stay_inside_it(made_sweep, run, tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    shutil.copytree(made_sweep, sweep_dir, symlinks=True)
+    record = json.loads((sweep_dir / "sweep.json").read_text())
+    for bad in (str(run), "../run", ".."):
+        record["configurations"][0]["run_dir"] = bad
+        (sweep_dir / "sweep.json").write_text(json.dumps(record))
+        assert_one_line(*cli("report", sweep_dir, "--out", tmp_path / "r"), "not a folder")
+    # A configuration's folder that is a link to a run elsewhere is refused too.
+    name = json.loads((made_sweep / "sweep.json").read_text())["configurations"][0]["run_dir"]
+    record["configurations"][0]["run_dir"] = name
+    (sweep_dir / "sweep.json").write_text(json.dumps(record))
+    shutil.rmtree(sweep_dir / name)
+    (sweep_dir / name).symlink_to(run)
+    assert_one_line(*cli("report", sweep_dir, "--out", tmp_path / "r"), "symbolic link")
+
+
+# ---------------------------------------------------------------------------- links
+def test_a_lock_file_link_truncates_nothing(run, tmp_path):
+    notes = tmp_path / "outside" / "notes.txt"
+    notes.write_text("my notes\n")
+    (run / runs.LOCK).unlink()
+    (run / runs.LOCK).symlink_to(notes)
+    assert_one_line(*cli("evolve", "--resume", "--out", run), "symbolic link")
+    assert_one_line(*cli("evolve", "cartpole", "--overwrite", "--out", run), "symbolic link")
+    assert notes.read_text() == "my notes\n"
+
+
+@pytest.mark.parametrize("name", ["fitness.png", "report.png", "episode.gif"])
+def test_figures_replace_a_link_rather_than_write_through_it(run, tmp_path, name):
+    target = tmp_path / "outside" / "precious"
+    target.write_text("precious")
+    (run / name).unlink(missing_ok=True)
+    (run / name).symlink_to(target)
+    args = {"fitness.png": ["plot", run], "report.png": ["report", run],
+            "episode.gif": ["render", run, "--steps", "3"]}[name]  # fmt: skip
+    if name == "report.png":  # a profile is drawn for a task with a threshold
+        edit_config(run, solved_return=100.0, random_return=10.0)
+    code, output = cli(*args)
+    assert code == 0, output
+    assert target.read_text() == "precious"
+    assert not (run / name).is_symlink() and (run / name).stat().st_size > 0
+
+
+def test_a_dangling_metrics_link_is_refused_not_created(run, tmp_path):
+    target = tmp_path / "outside" / "created.jsonl"
+    (run / runs.METRICS).unlink()
+    (run / runs.METRICS).symlink_to(target)
+    assert_one_line(*cli("evolve", "--resume", "--generations", "3", "--out", run), "link")
+    assert not target.exists()
+
+
+def test_overwrite_removes_only_esjax_files_and_follows_no_link(run, tmp_path):
+    folder = tmp_path / "outside" / "data"
+    folder.mkdir()
+    (folder / "keep.txt").write_text("keep")
+    (run / "tensorboard").symlink_to(folder)
+    (run / "notes.txt").write_text("mine")
+    settings = [part for setting in SMALL for part in ("--set", setting)]
+    code, output = cli("evolve", "cartpole", "--overwrite", "--out", run, "--generations", "1",
+                       "--popsize", "8", *settings)  # fmt: skip
+    assert code == 0, output
+    assert (folder / "keep.txt").read_text() == "keep"
+    assert (run / "notes.txt").read_text() == "mine"
+    assert not (run / "tensorboard").exists()
+
+
+# ---------------------------------------------------------------------------- memory
+def test_dev_zero_is_refused_before_it_is_read(run):
+    (run / "final_policy.msgpack").unlink()
+    (run / "final_policy.msgpack").symlink_to("/dev/zero")
+    assert_one_line(*cli("eval", run), "final_policy.msgpack")
+    (run / runs.CONFIG).rename(run / "config.real")
+    (run / runs.CONFIG).symlink_to("/dev/zero")
+    assert_one_line(*cli("eval", run), "config.json")
+
+
+def test_a_huge_policy_file_is_refused_by_its_size(run):
+    path = run / "final_policy.msgpack"
+    with path.open("r+b") as handle:
+        handle.truncate(1 << 40)  # sparse: a terabyte on paper, nothing on disk
+    assert_one_line(*cli("eval", run), "more than such a file can be")
+
+
+def test_a_tasks_test_episodes_go_through_the_memory_check(run, tmp_path):
+    edit_config(run, test_episodes=1_000_000_000)
+    assert_one_line(*cli("eval", run), "testing 1,000,000,000 episodes")
+    out = tmp_path / "new"
+    code, output = cli("evolve", "cartpole", "--set", "test_episodes=1000000000", "--out", out)
+    assert_one_line(code, output, "testing 1,000,000,000 episodes")
+    assert not out.exists()  # refused before training, so no run to resume into the same end
+
+
+# ---------------------------------------------------------------------------- malformed files
+def _repack(path: Path, change) -> None:
+    outer = serialization.msgpack_restore(path.read_bytes())
+    change(outer)
+    path.write_bytes(serialization.msgpack_serialize(outer))
+
+
+def _inner(change):
+    def edit(outer):
+        inner = serialization.msgpack_restore(outer["payload"])
+        change(inner)
+        outer["payload"] = serialization.msgpack_serialize(inner)
+        outer["sha256"] = hashlib.sha256(outer["payload"]).hexdigest()
+
+    return edit
+
+
+def _arrays(change):
+    return _inner(lambda inner: change(inner["arrays"]))
+
+
+POLICY_EDITS = {
+    "no sha256": lambda outer: outer.pop("sha256"),
+    "string payload": lambda outer: outer.update(payload="text"),
+    "inner not a dict": lambda outer: outer.update(
+        payload=serialization.msgpack_serialize([1, 2]),
+        sha256=hashlib.sha256(serialization.msgpack_serialize([1, 2])).hexdigest(),
+    ),
+    "truncated inner": lambda outer: outer.update(
+        payload=outer["payload"][:20], sha256=hashlib.sha256(outer["payload"][:20]).hexdigest()
+    ),
+    "text arrays": _arrays(lambda a: a.update(params=np.array([["x"]]))),
+    "no params": _arrays(lambda a: a.pop("params")),
+    "0-d params": _arrays(lambda a: a.update(params=np.float32(1.0))),
+    "mean without std": _arrays(lambda a: a.update(obs_mean=np.zeros((1, 4), np.float32))),
+    "wrong-shape stats": _arrays(
+        lambda a: a.update(obs_mean=np.zeros((1, 9), np.float32), obs_std=np.ones((1, 9)))
+    ),
+    "meta not a table": _inner(lambda inner: inner.update(meta="[1, 2]")),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("edit", list(POLICY_EDITS))
+def test_a_malformed_policy_file_is_one_line(run, edit):
+    _repack(run / "final_policy.msgpack", POLICY_EDITS[edit])
+    assert_one_line(*cli("eval", run), "final_policy.msgpack")
+
+
+CHECKPOINT_EDITS = {
+    "no generation": lambda meta: meta.pop("generation"),
+    "no config": lambda meta: meta.pop("config"),
+    "empty env_steps": lambda meta: meta.update(env_steps=[]),
+    "non-numeric best_eval": lambda meta: meta.update(best_eval=["x"]),
+    "negative generation": lambda meta: meta.update(generation=-5),
+}
+
+
+@pytest.mark.parametrize("edit", list(CHECKPOINT_EDITS))
+def test_malformed_checkpoint_metadata_is_one_line_and_loses_nothing(run, edit):
+    def change(inner):
+        meta = json.loads(inner["meta"])
+        CHECKPOINT_EDITS[edit](meta)
+        inner["meta"] = json.dumps(meta)
+
+    for name in (runs.CHECKPOINT, runs.PREV_CHECKPOINT):
+        if (run / name).exists():
+            _repack(run / name, _inner(change))
+    rows = (run / runs.METRICS).read_text()
+    assert_one_line(*cli("evolve", "--resume", "--generations", "4", "--out", run), "checkpoint")
+    assert (run / runs.METRICS).read_text() == rows
+
+
+CONFIG_EDITS = {
+    "infinite popsize": (lambda d: d.update(popsize=float("inf")), "popsize"),
+    "deep nesting": (lambda d: d.update(scaling=json.loads("[" * 5000 + "]" * 5000)), "deeply"),
+    "huge episode_length": (lambda d: d["task"].update(episode_length=10**12), "episode_length"),
+    "negative seeds": (lambda d: d.update(seeds=-1), "seeds"),
+}
+
+
+@pytest.mark.parametrize("edit", list(CONFIG_EDITS))
+def test_a_malformed_config_is_one_line(run, edit):
+    change, part = CONFIG_EDITS[edit]
+    path = run / runs.CONFIG
+    data = json.loads(path.read_text())
+    if edit == "deep nesting":  # json.dumps itself cannot write what it cannot read back
+        path.write_text(path.read_text()[:-2] + ', "x": ' + "[" * 5000 + "]" * 5000 + "}")
+    else:
+        change(data)
+        path.write_text(json.dumps(data))
+    for args in (["eval", run], ["evolve", "--resume", "--out", run]):
+        assert_one_line(*cli(*args), part)
+
+
+def test_a_huge_episode_length_through_set_leaves_no_run(tmp_path):
+    out = tmp_path / "new"
+    code, output = cli("evolve", "cartpole", "--set", "episode_length=1000000000000", "--out", out)
+    assert_one_line(code, output, "episode_length")
+    assert not out.exists()
+
+
+METRICS_EDITS = {
+    "deep nesting": '{"generation": 1, "x": ' + "[" * 5000 + "]" * 5000 + "}",
+    "text fitness": '{"generation": 1, "fitness_mean": "abc"}',
+    "text generation": '{"generation": "x", "fitness_mean": 1.0}',
+    "mixed seed types": '{"generation": 1, "seed": "0", "fitness_mean": 1.0}',
+    "no generation": '{"fitness_mean": 1.0}',
+}
+
+
+@pytest.mark.parametrize("edit", list(METRICS_EDITS))
+def test_a_malformed_metrics_row_is_one_line(run, edit):
+    with (run / runs.METRICS).open("a") as handle:
+        handle.write(METRICS_EDITS[edit] + "\n")
+    commands = [["plot", run], ["export", run, "--csv"],
+                ["evolve", "--resume", "--generations", "3", "--out", run]]  # fmt: skip
+    for args in commands:
+        code, output = cli(*args)
+        if edit == "deep nesting":  # read as a damaged line and skipped, as a torn one is
+            assert code == 0, output
+        else:
+            assert_one_line(code, output, "metrics.jsonl")
+
+
+def test_a_deeply_nested_summary_or_task_file_is_one_line(run, tmp_path):
+    (run / runs.SUMMARY).write_text("[" * 100_000 + "]" * 100_000)
+    assert_one_line(*cli("report", run, "--out", tmp_path / "r"), "summary.json")
+    task = tmp_path / "deep.toml"
+    task.write_text("x = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    assert_one_line(*cli("evolve", task, "--out", tmp_path / "deep"), "deep.toml")
+
+
+def test_the_parsers_refuse_what_they_cannot_bound(tmp_path):
+    from esjax.files import read_json
+
+    path = tmp_path / "big.json"
+    path.write_text("[" + "1," * 1000 + "1]")
+    with pytest.raises(ConfigError, match="more than such a file can be"):
+        read_json(path, 100)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        read_json(fifo, 100)  # refused at once: a FIFO's open would wait for a writer
