@@ -114,6 +114,40 @@ def names_code(env: str) -> bool:
     return bool(colon) and source not in SUITES
 
 
+# What :func:`code_digest` says of code it cannot read (a notebook's or ``python -c``'s
+# ``__main__``): programs made from it are never kept, since an edit could not be seen.
+UNREADABLE_CODE = "unreadable"
+
+
+def code_digest(env: Any) -> str | None:
+    """A digest of the Python a code-named env comes from, or None for a gymnax id, a suite's
+    env or an env object.
+
+    Every ``.py`` file in the folder of the module or file the name points at (an env's
+    dynamics often sit in a helper beside its factory). Programs kept across processes are
+    keyed by it, so an edited env is traced again rather than read back as it was; code with
+    no file behind it is :data:`UNREADABLE_CODE`.
+    """
+    if not isinstance(env, str) or not names_code(env):
+        return None
+    source = env.rpartition(":")[0]
+    if source.endswith(".py") or "/" in source or "\\" in source:
+        path: Path | None = Path(source)
+    else:
+        try:
+            spec = importlib.util.find_spec(source)
+        except (ImportError, ValueError):
+            spec = None
+        path = Path(spec.origin) if spec is not None and spec.origin else None
+    if path is None or not path.is_file():
+        return UNREADABLE_CODE
+    digest = hashlib.sha256()
+    for file in sorted(path.resolve().parent.glob("*.py")):
+        digest.update(file.name.encode())
+        digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
 def make_env(env: str | Any, env_kwargs: dict | None = None) -> tuple[Any, Any]:
     """An env object and its default params from an env name (see above), or an env object.
 

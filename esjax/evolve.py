@@ -31,6 +31,7 @@ from esjax.config import (
     check_finite,
     parse_override,
 )
+from esjax.envs import UNREADABLE_CODE, code_digest
 from esjax.lifecycle import Interrupted, LostProcess, Run, RunSummary, backend_modules
 from esjax.loop import drive
 from esjax.popsize_rule import apply_popsize_rule
@@ -230,8 +231,13 @@ def _build_engine(config: RunConfig):
         eval_episodes=task.evaluation.episodes,
         normalize_obs=task.normalize_obs,
     )
-    # Later processes with this config read its programs back instead of tracing them again.
-    engine = engines.keep_programs(engine, config.program())
+    # Later processes with this config read its programs back instead of tracing them again;
+    # a user's env is part of the key by its source, so an edited one is traced again (and one
+    # whose source cannot be read is never kept).
+    key, source = config.program(), code_digest(task.env)
+    if source != UNREADABLE_CODE:
+        key = key if source is None else {**key, "env_source": source}
+        engine = engines.keep_programs(engine, key)
     steps = config.rollouts * engine.rollout.episode_length
     hint = strategies.strategy_cost_hint(spec, engine.num_dims, engine.popsize, steps)
     if hint:

@@ -14,6 +14,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from test_cli import SMALL, cli_env
 
 from esjax import cache
@@ -229,3 +230,69 @@ def test_the_code_fingerprint_sees_a_library_edited_in_place():
     finally:
         os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert fingerprint() == first
+
+
+SCALED_ENV = """
+from gymnax.environments.classic_control.cartpole import CartPole
+
+SCALE = {scale}
+
+
+class Scaled(CartPole):
+    def step_env(self, key, state, action, params):
+        obs, state, reward, done, info = super().step_env(key, state, action, params)
+        return obs, state, reward * SCALE, done, info
+
+
+def make():
+    env = Scaled()
+    return env, env.default_params
+"""
+
+
+def test_an_edited_user_env_is_traced_again_not_read_back(tmp_path):
+    """Kept programs are keyed by a user env's source: after its reward is scaled by 100, the
+    next process runs the new env (it once read the old program back and gave the old numbers)."""
+    env_file, task = tmp_path / "scaled.py", tmp_path / "scaled.toml"
+    task.write_text(f'env = "{env_file}:make"\nepisode_length = 16\npolicy.hidden = [8]\n')
+    env = dict(cli_env(), ESJAX_NO_CACHE="")
+    means = []
+    for scale in (1, 100):
+        env_file.write_text(SCALED_ENV.format(scale=scale))
+        command = [sys.executable, "-m", "esjax.cli", "evolve", str(task), "--generations", "1",
+                   "--popsize", "8", "--out", str(tmp_path / f"run{scale}")]  # fmt: skip
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr
+        rows = (tmp_path / f"run{scale}" / "metrics.jsonl").read_text().splitlines()
+        means.append(json.loads(rows[0])["fitness_mean"])
+    assert means[1] == pytest.approx(100 * means[0], rel=1e-5)
+
+
+MAIN_ENV_RUN = """
+import sys
+from pathlib import Path
+import esjax
+from esjax import cache
+{env}
+cache.enable_compilation_cache()  # as the command line does; the Python API leaves it off
+task = Path(sys.argv[1])
+task.write_text('env = "__main__:make"\\nepisode_length = 16\\npolicy.hidden = [8]\\n')
+esjax.evolve(task, generations=1, popsize=8, out=sys.argv[2])
+"""
+
+
+def test_an_env_without_a_file_is_never_read_back(tmp_path):
+    """An env defined in ``__main__`` (a notebook's cell, ``python -c``) has no source to key
+    by: its programs are not kept, so an edit between two processes is always seen."""
+    env = dict(cli_env(), ESJAX_NO_CACHE="")
+    means = []
+    for scale in (1, 100):
+        script = MAIN_ENV_RUN.format(env=SCALED_ENV.format(scale=scale))
+        out = tmp_path / f"run{scale}"
+        command = [sys.executable, "-c", script, str(tmp_path / "main.toml"), str(out)]
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr
+        means.append(
+            json.loads((out / "metrics.jsonl").read_text().splitlines()[0])["fitness_mean"]
+        )
+    assert means[1] == pytest.approx(100 * means[0], rel=1e-5)
