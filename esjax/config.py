@@ -13,6 +13,8 @@ import difflib
 import json
 import math
 import numbers
+import os
+import stat
 import tomllib
 import types
 import typing
@@ -51,8 +53,7 @@ MAX_INT = 2**31 - 1
 def load_toml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
-        with path.open("rb") as handle:
-            data = handle.read(TOML_LIMIT + 1)
+        data = _read_regular(path, TOML_LIMIT + 1)
         if len(data) > TOML_LIMIT:
             raise ConfigError(f"{path}: larger than a task file can be ({TOML_LIMIT:,} bytes)")
         return tomllib.loads(data.decode())
@@ -66,6 +67,19 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from err
     except OSError as err:
         raise ConfigError(f"{path}: cannot read: {err.strerror}") from err
+
+
+def _read_regular(path: Path, limit: int) -> bytes:
+    """At most ``limit`` bytes of the regular file at ``path``: a FIFO or device a task's path
+    names (a sweep's record may name any) is refused at once, never waited on or read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError(f"{path}: not a regular file")
+        os.set_blocking(fd, True)
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
 
 
 # ---------------------------------------------------------------------------- overrides

@@ -194,6 +194,16 @@ def by_generation(rows: Iterable[dict[str, Any]]) -> list[tuple[int, dict[str, f
     return sorted(grouped.items())
 
 
+def check_no_tracker_links(run_dir: Path) -> None:
+    """A tracker's folder in a run must be a folder of its own: a tracker writes through no
+    link in a run (one to a folder elsewhere would receive its event files)."""
+    for folder in runs.TRACKER_FOLDERS:
+        if (run_dir / folder).is_symlink():
+            raise ConfigError(
+                f"{run_dir / folder}: a symbolic link; esjax follows no link in a run"
+            )
+
+
 class RunLogger:
     """An ``on_progress`` callback that copies new ``metrics.jsonl`` rows to trackers.
 
@@ -232,6 +242,7 @@ class RunLogger:
             return
         if not self._opened:
             config = runs.read_run_config(self.run_dir).to_json()
+            check_no_tracker_links(self.run_dir)
             self.trackers = [_TRACKERS[name](self.run_dir, config) for name in self.names]
             self._opened = True
         path = self.run_dir / runs.METRICS
@@ -282,6 +293,7 @@ def tracking(
         return
     done = 0
     if resumed is not None:
+        check_no_tracker_links(Path(resumed))  # before the run goes on, not at its first report
         done = max((int(r["generation"]) for r in runs.load_metrics(resumed)), default=0)
     with RunLogger(backends, skip_through=done, then=report) as logger:
         yield logger

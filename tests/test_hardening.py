@@ -349,12 +349,12 @@ def test_disk_full_mid_run_keeps_the_last_good_checkpoint(reference, tmp_path, m
     real_write = runs.atomic_write
     writes = []
 
-    def disk_fills_up(path, data):
+    def disk_fills_up(path, data, **options):
         if Path(path).name == runs.CHECKPOINT:
             writes.append(path)
             if len(writes) >= 2:
                 raise OSError(errno.ENOSPC, "No space left on device")
-        return real_write(path, data)
+        return real_write(path, data, **options)
 
     monkeypatch.setattr(runs, "atomic_write", disk_fills_up)
     # The first host visit is one generation (the evaluation then compiles beside the run).

@@ -163,11 +163,11 @@ def test_a_second_signal_while_checkpointing_corrupts_nothing(reference, tmp_pat
 
         real_write = runs.atomic_write
 
-        def write(path, data):
+        def write(path, data, **options):
             if os.path.basename(path) == runs.CHECKPOINT:
                 os.kill(os.getpid(), signal.SIGTERM)  # lands mid-write
                 time.sleep(0.2)
-            return real_write(path, data)
+            return real_write(path, data, **options)
 
         def progress(row):
             if row["generation"] == 3:

@@ -274,6 +274,27 @@ def test_overwrite_removes_only_esjax_files_and_follows_no_link(run, tmp_path):
     assert not (run / "tensorboard").exists()
 
 
+def test_a_trackers_folder_that_is_a_link_gets_no_event_files(run, tmp_path):
+    folder = tmp_path / "outside" / "logs"
+    folder.mkdir()
+    (run / "tensorboard").symlink_to(folder)
+    code, output = cli("evolve", "--resume", "--generations", "3", "--out", run,
+                       "--log", "tensorboard")  # fmt: skip
+    assert_one_line(code, output, "tensorboard: a symbolic link")
+    assert not any(folder.iterdir())
+
+
+def test_a_sweeps_task_path_that_is_a_fifo_is_refused_not_waited_on(made_sweep, tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    shutil.copytree(made_sweep, sweep_dir, symlinks=True)
+    fifo = tmp_path / "task.toml"
+    os.mkfifo(fifo)
+    record = json.loads((sweep_dir / "sweep.json").read_text())
+    record["spec"]["task"] = str(fifo)
+    (sweep_dir / "sweep.json").write_text(json.dumps(record))
+    assert_one_line(*cli("sweep", "--resume", "--out", sweep_dir), "task.toml")
+
+
 # ---------------------------------------------------------------------------- memory
 def test_dev_zero_is_refused_before_it_is_read(run):
     (run / "final_policy.msgpack").unlink()
