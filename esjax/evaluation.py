@@ -19,7 +19,7 @@ from esjax import meta
 from esjax.baselines import baseline_rollout
 from esjax.config import ConfigError, baseline_label
 from esjax.plotting import grid_quantity, plot_grid
-from esjax.runs import write_json
+from esjax.runs import GRID_JSON, write_json
 from esjax.saved import baseline_returns, evaluate_run, make_test_rollout
 
 
@@ -116,7 +116,7 @@ def grid_record(
     """
     if split is not None:
         raise ConfigError("--split and --grid exclude each other: a grid pins the parameters")
-    json_path = Path(out) if out is not None else Path(run) / "grid.json"
+    json_path = Path(out) if out is not None else Path(run) / GRID_JSON
     if json_path.suffix != ".json":
         raise ConfigError(f"--out {json_path}: expected a .json file (the heatmap goes next to it)")
     png_path = json_path.with_suffix(".png")

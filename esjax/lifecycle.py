@@ -685,12 +685,15 @@ def check_meta(path: Path, meta: dict[str, Any], seeds: int) -> None:
         "env_steps": isinstance(meta.get("env_steps"), list)
         and len(meta["env_steps"]) == seeds
         and all(count(x) and x < 2**63 for x in meta["env_steps"]),
-        "wall_s": number(meta.get("wall_s")) and meta["wall_s"] == meta["wall_s"],
+        "wall_s": number(meta.get("wall_s")) and not math.isnan(meta["wall_s"]),
         "best_eval": isinstance(meta.get("best_eval"), list)
         and len(meta["best_eval"]) == seeds
         and all(x is None or number(x) for x in meta["best_eval"]),
         "target_generations": meta.get("target_generations") is None
-        or (count(meta["target_generations"]) and 0 < meta["target_generations"] <= 2**31 - 1),
+        or (
+            count(meta["target_generations"])
+            and 0 < meta["target_generations"] <= runs.MAX_GENERATIONS
+        ),
     }
     for field, ok in checks.items():
         if not ok:

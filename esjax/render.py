@@ -28,7 +28,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from esjax import trust
+from esjax import runs, trust
 from esjax.config import ConfigError, parse_override
 from esjax.envs import env_step, import_gymnax, make_env
 from esjax.episode import episode_keys, split_step_key
@@ -560,7 +560,7 @@ def render_run(
         picked.append(len(states) - 1)
     states = [jax.device_get(states[i]) for i in picked]
     captions = [f"step {i:4d}  return {returns[i]:8.1f}" for i in picked]
-    named, out = out is not None, Path(out) if out is not None else Path(run_dir) / "episode.gif"
+    named, out = out is not None, Path(out) if out is not None else Path(run_dir) / runs.EPISODE_GIF
     try:
         save_gif(task.env, states, params, out, captions=captions, fps=fps, draw=draw,
                  through_special=named)  # fmt: skip

@@ -36,9 +36,7 @@ from esjax.lifecycle import backend_modules
 from esjax.stats import wilson_interval
 from esjax.sweeps import SWEEP, configuration_dir, read_record
 
-REPORT_JSON = "report.json"
-REPORT_MD = "report.md"
-REPORT_PNG = "report.png"
+REPORT_JSON, REPORT_MD, REPORT_PNG = runs.REPORT_JSON, runs.REPORT_MD, runs.REPORT_PNG
 # Bootstrap resamples: a 16-seed, one-task report's intervals move in the third decimal between
 # random states at this count, and the whole report stays within a few seconds.
 REPS = 2000

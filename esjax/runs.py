@@ -72,8 +72,12 @@ LOCK = "run.lock"
 POLICIES = {"final": "final_policy.msgpack", "best": "best_policy.msgpack"}
 # Files other commands write into a run (export, eval --grid, render, report), and trackers'
 # folders: what --overwrite removes besides the run's own files.
-DERIVED_FILES = ("metrics.csv", "grid.json", "grid.png", "episode.gif", "report.md",
-                 "report.json", "report.png")  # fmt: skip
+METRICS_CSV = "metrics.csv"
+GRID_JSON, GRID_FIGURE = "grid.json", "grid.png"
+EPISODE_GIF = "episode.gif"
+REPORT_JSON, REPORT_MD, REPORT_PNG = "report.json", "report.md", "report.png"
+DERIVED_FILES = (METRICS_CSV, GRID_JSON, GRID_FIGURE, EPISODE_GIF, REPORT_JSON, REPORT_MD,
+                 REPORT_PNG)  # fmt: skip
 TRACKER_FOLDERS = ("tensorboard", "wandb", "mlruns")
 _FORMAT = "esjax"
 # The version each kind of file is written with, and the versions still read.
@@ -327,7 +331,7 @@ def load_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     is any line that is not a JSON object (a file edited or damaged by hand). A row whose
     fields are not what esjax writes is one :class:`ConfigError` naming its line."""
     path = Path(run_dir) / METRICS
-    if not path.exists() and not path.is_symlink():
+    if not os.path.lexists(path):  # a link is there, to be refused by the read
         if not is_run_dir(run_dir):
             raise ConfigError(f"{run_dir}: not an esjax run directory (no {CONFIG})")
         return []
@@ -343,8 +347,10 @@ def load_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-# What a metrics row's fields must be when present: counts, and numbers or null.
+# What a metrics row's fields must be when present: counts; text (a sweep configuration's
+# label); and, for every other field, a number or null.
 _COUNT_FIELDS = ("generation", "env_steps", "seed", "nonfinite")
+_TEXT_FIELDS = ("label", "configuration", "split")
 
 
 def check_row(row: dict[str, Any], where: str) -> dict[str, Any]:
@@ -358,22 +364,17 @@ def check_row(row: dict[str, Any], where: str) -> dict[str, Any]:
         if key in _COUNT_FIELDS:
             if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**63:
                 raise ConfigError(f"{where}: {key} is not a count ({value!r:.40})")
-        elif (
-            value is not None
-            and (isinstance(value, bool) or not isinstance(value, int | float | str))
-        ) or (isinstance(value, str) and key not in _TEXT_FIELDS):
+        elif key in _TEXT_FIELDS and isinstance(value, str):
+            continue
+        elif value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
             raise ConfigError(f"{where}: {key} is not a number ({value!r:.40})")
     return row
-
-
-# Fields of a metrics row that hold text (a sweep configuration's label).
-_TEXT_FIELDS = ("label", "configuration", "split")
 
 
 def truncate_metrics(run_dir: str | Path, generation: int) -> None:
     """Keep only rows up to ``generation``: what a checkpoint at that generation has seen."""
     path = Path(run_dir) / METRICS
-    if not path.exists() and not path.is_symlink():
+    if not os.path.lexists(path):
         return
     rows = [row for row in load_metrics(run_dir) if row["generation"] <= generation]
     atomic_write(path, "".join(json.dumps(row) + "\n" for row in rows).encode())
@@ -472,13 +473,16 @@ def save_policy(
 
 
 def read_policy(
-    run_dir: str | Path, which: str = "final", seed: int = 0
+    run_dir: str | Path, which: str = "final", seed: int = 0, *, config: RunConfig | None = None
 ) -> tuple[dict[str, Any], np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
-    """``(meta, flat params, (obs mean, obs std) or None)`` of one seed of a saved policy."""
+    """``(meta, flat params, (obs mean, obs std) or None)`` of one seed of a saved policy.
+
+    ``config``: the run's config when the caller has read it (it bounds the file's size).
+    """
     if which not in POLICIES:
         raise ConfigError(f"unknown policy {which!r}; choose from {', '.join(POLICIES)}")
     path = Path(run_dir) / POLICIES[which]
-    _, meta, arrays = _unpack(path, "policy", _policy_limit(run_dir))
+    _, meta, arrays = _unpack(path, "policy", _policy_limit(run_dir, config))
     params = arrays.get("params")
     if params is None or params.ndim != 2:
         raise ConfigError(f"{path}: no params of shape (seeds, parameters)")
@@ -496,13 +500,14 @@ def read_policy(
     return meta, params[seed].astype(np.float32), stats
 
 
-def _policy_limit(run_dir: str | Path) -> int:
+def _policy_limit(run_dir: str | Path, config: RunConfig | None) -> int:
     """The largest policy file this run can have: its seeds' parameters and observation
     statistics, with room for the format (any size when the config does not say)."""
-    try:
-        config = read_run_config(run_dir)
-    except ConfigError:
-        return _array_file_limit()
+    if config is None:
+        try:
+            config = read_run_config(run_dir)
+        except ConfigError:
+            return _array_file_limit()
     if config.num_dims <= 0:
         return _array_file_limit()
     return MIB + 2 * _FLOAT_BYTES * config.seeds * config.num_dims + 64 * MIB

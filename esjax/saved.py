@@ -95,7 +95,7 @@ class SavedPolicy:
         """Read ``which`` policy of seed index ``seed``; ``built``: a :func:`make_test_rollout`."""
         config, rollout = built or make_test_rollout(run_dir)
         task = config.task
-        _, flat, stats = runs.read_policy(run_dir, which, seed)
+        _, flat, stats = runs.read_policy(run_dir, which, seed, config=config)
         template, _ = flat_template(rollout, jax.random.key(0))
         if flat.shape != template.shape:
             raise ConfigError(

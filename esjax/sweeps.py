@@ -16,6 +16,7 @@ import dataclasses
 import datetime as _dt
 import itertools
 import json
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -340,7 +341,7 @@ def read_record(sweep_dir: str | Path) -> dict[str, Any]:
     """A sweep's ``sweep.json``, read as data: no link followed, its size bounded."""
     sweep_dir = Path(sweep_dir)
     path = sweep_dir / SWEEP
-    if not path.exists() and not path.is_symlink():
+    if not os.path.lexists(path):  # a link is there, to be refused by the read
         raise ConfigError(f"{sweep_dir}: not a sweep directory (no {SWEEP})")
     record = read_json(path, SWEEP_LIMIT)
     if not isinstance(record, dict):
@@ -362,9 +363,8 @@ def read_spec(sweep_dir: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: spec: vary and overrides are lists of strings")
     if not isinstance(spec.get("task"), str):
         raise ConfigError(f"{path}: spec: task is not a task name or file")
-    for key in ("strategy",):
-        if spec.get(key) is not None and not isinstance(spec[key], str):
-            raise ConfigError(f"{path}: spec: {key} is not a name")
+    if spec.get("strategy") is not None and not isinstance(spec["strategy"], str):
+        raise ConfigError(f"{path}: spec: strategy is not a name")
     for key in ("popsize", "generations", "rollouts", "test_episodes"):
         value = spec.get(key)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):

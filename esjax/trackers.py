@@ -324,7 +324,7 @@ def write_metrics_csv(run_dir: str | Path, target: str | Path | None = None) -> 
     A file that cannot be written is a :class:`~esjax.config.ConfigError` naming it.
     """
     text = metrics_csv(run_dir)
-    path = Path(target) if target is not None else Path(run_dir) / "metrics.csv"
+    path = Path(target) if target is not None else Path(run_dir) / runs.METRICS_CSV
     try:
         runs.atomic_write(path, text.encode(), through_special=target is not None)
     except OSError as error:
