@@ -1,0 +1,218 @@
+"""README's command-line tour, every ``esjax`` command in its bash blocks, run at tiny sizes.
+
+The tour is what a new user copies first, and nothing else runs it as written: a renamed
+option, preset or run file would break it silently. Each command runs in this process (as
+``tests/test_run_as_data.py`` does), in README's order and in one working directory, so a
+command reads the runs the earlier ones wrote. Sizes are shrunk by rules per subcommand
+(:data:`SHRINKERS`); a subcommand without a rule fails the test rather than being skipped.
+
+A few commands cannot run as written here: they read a file or run no earlier command makes.
+:data:`PREPARED` names each such README line and what is made for it first; an entry whose
+line is no longer in README fails too, so the list cannot go stale. A command whose optional
+extra is not installed must fail in one line naming the extra (:data:`EXTRA_MODULES`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import re
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+BASH_BLOCK = re.compile(r"^```bash\n(.*?)^```", re.DOTALL | re.MULTILINE)
+TOML_BLOCK = re.compile(r"^```toml\n(.*?)^```", re.DOTALL | re.MULTILINE)
+
+# Upper bounds on sizes README gives, and the sizes added where it gives none.
+CAPS = {"--seeds": 2, "--popsize": 16, "--generations": 2, "--rollouts": 2, "--episodes": 4}
+TINY_RUN = {"--popsize": "16", "--generations": "2", "--rollouts": "2"}
+TINY_TASK = {
+    "episode_length": "16",
+    "evaluation.every": "1",
+    "evaluation.episodes": "2",
+    "test_episodes": "2",
+}
+# The package each optional extra a command needs provides (the subcommand, or a --log value).
+EXTRA_MODULES = {
+    "report": "rliable",
+    "tensorboard": "tensorboard",
+    "wandb": "wandb",
+    "mlflow": "mlflow",
+}
+
+
+def readme_commands(text: str) -> list[tuple[str, ...]]:
+    """The arguments of each ``esjax`` command in README's bash blocks, in order.
+
+    Continued lines are joined, ``# comments`` dropped, and a line of several commands joined
+    by ``&&`` (the install line) gives each one that starts with ``esjax``.
+    """
+    commands = []
+    for block in BASH_BLOCK.findall(text):
+        for line in block.replace("\\\n", " ").splitlines():
+            segments: list[list[str]] = [[]]
+            for word in shlex.split(line, comments=True):
+                if word == "&&":
+                    segments.append([])
+                else:
+                    segments[-1].append(word)
+            commands += [tuple(s[1:]) for s in segments if s[:1] == ["esjax"]]
+    return commands
+
+
+def readme_line(args: tuple[str, ...]) -> str:
+    return " ".join(["esjax", *args])
+
+
+def cli(args: list[str]) -> tuple[int, str]:
+    """``esjax ARGS`` in this process: ``(exit code, stdout and stderr)``."""
+    from esjax.cli import app
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            code = app(args, prog_name="esjax", standalone_mode=False)
+        except SystemExit as stop:
+            code = stop.code
+    return int(code or 0), out.getvalue()
+
+
+# ---------------------------------------------------------------------------- tiny sizes
+def capped(args: list[str]) -> list[str]:
+    """``args`` with each size in :data:`CAPS` lowered to its cap."""
+    out = list(args)
+    for i, word in enumerate(out[:-1]):
+        if word in CAPS and out[i + 1].isdigit():
+            out[i + 1] = str(min(int(out[i + 1]), CAPS[word]))
+    return out
+
+
+def tiny_run(args: list[str]) -> list[str]:
+    """An ``evolve`` or ``sweep``: few members, generations and steps; a resume as it is."""
+    if "--resume" in args:
+        return args
+    out = capped(args)
+    for option, value in TINY_RUN.items():
+        out += [] if option in out else [option, value]
+    given = {out[i + 1].split("=")[0] for i, word in enumerate(out[:-1]) if word == "--set"}
+    for key, value in TINY_TASK.items():
+        out += [] if key in given else ["--set", f"{key}={value}"]
+    if out[0] == "sweep" and "--episodes" not in out:
+        out += ["--episodes", "2"]
+    return out
+
+
+def tiny_eval(args: list[str]) -> list[str]:
+    out = capped(args)
+    return out if "--episodes" in out else [*out, "--episodes", "4"]
+
+
+def with_option(option: str, value: str) -> Callable[[list[str]], list[str]]:
+    def shrink(args: list[str]) -> list[str]:
+        return args if option in args else [*args, option, value]
+
+    return shrink
+
+
+def as_written(args: list[str]) -> list[str]:
+    return args
+
+
+SHRINKERS: dict[str, Callable[[list[str]], list[str]]] = {
+    "list": as_written,
+    "evolve": tiny_run,
+    "sweep": tiny_run,
+    "eval": tiny_eval,
+    "plot": as_written,
+    "export": as_written,
+    "render": with_option("--steps", "8"),
+    "report": with_option("--reps", "100"),
+}
+
+
+# ---------------------------------------------------------------------------- what README assumes
+def write_readme_task(workdir: Path) -> None:
+    """``my_task.toml``: the task README shows under *Task presets*."""
+    (workdir / "my_task.toml").write_text(TOML_BLOCK.findall(README.read_text())[0])
+
+
+def stand_in_run(out: str, *options: str) -> Callable[[Path], None]:
+    """A tiny cartpole run at ``out``, standing in for one README assumes was made."""
+
+    def make(workdir: Path) -> None:
+        code, output = cli(tiny_run(["evolve", "cartpole", "--out", out, *options]))
+        assert code == 0, output
+
+    return make
+
+
+# README line -> what is made before it runs (in the working directory).
+PREPARED: dict[str, Callable[[Path], None]] = {
+    # README's own example task, saved under the name the line uses.
+    "esjax evolve my_task.toml --set policy.hidden=[16,16] --set evaluation.every=5": (
+        write_readme_task
+    ),
+    # A Craftax run would take minutes to compile; the baseline comparison is the same on cartpole.
+    "esjax eval runs/craftax --baseline random": stand_in_run("runs/craftax"),
+    # The second run of the comparison: cartpole with its default strategy, which no line makes.
+    "esjax plot runs/cartpole-pgpe runs/cartpole-open_es --x env_steps --out compare.png": (
+        stand_in_run("runs/cartpole-open_es", "--strategy", "open_es")
+    ),
+}
+
+
+def missing_extra(args: list[str]) -> str | None:
+    """The package of an optional extra the command needs and this environment lacks."""
+    needs = [args[0]] + [args[i + 1] for i, word in enumerate(args[:-1]) if word == "--log"]
+    for need in needs:
+        module = EXTRA_MODULES.get(need)
+        if module is not None and importlib.util.find_spec(module) is None:
+            return module
+    return None
+
+
+COMMANDS = readme_commands(README.read_text())
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """One working directory for the whole tour: later commands read earlier runs."""
+    return tmp_path_factory.mktemp("tour")
+
+
+def test_readme_has_a_tour():
+    assert len(COMMANDS) >= 10, COMMANDS
+    assert ("evolve", "pendulum") in COMMANDS  # the install line's first run
+
+
+def test_every_prepared_line_is_still_in_readme():
+    stale = set(PREPARED) - {readme_line(args) for args in COMMANDS}
+    assert not stale, f"PREPARED names lines README no longer has: {sorted(stale)}"
+
+
+@pytest.mark.parametrize(
+    "args", COMMANDS, ids=[f"{i:02d}-{readme_line(a)}" for i, a in enumerate(COMMANDS)]
+)
+def test_readme_command_runs(args, workdir, monkeypatch):
+    monkeypatch.chdir(workdir)
+    shrink = SHRINKERS.get(args[0])
+    assert shrink is not None, (
+        f"README runs `{readme_line(args)}`; add a rule for `esjax {args[0]}` to SHRINKERS"
+    )
+    prepare = PREPARED.get(readme_line(args))
+    if prepare is not None:
+        prepare(workdir)
+    command = shrink(list(args))
+    code, output = cli(command)
+    extra = missing_extra(command)
+    if extra is not None:
+        assert code == 2 and 'pip install "esjax[' in output, output
+        return
+    assert code == 0, f"{shlex.join(command)}\n{output}"
+    if "--out" in command:
+        assert (workdir / command[command.index("--out") + 1]).exists(), output
