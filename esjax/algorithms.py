@@ -58,9 +58,9 @@ _NEVER_EXPOSED = ("params", "params_path")
 # evosax names that esjax spelled differently before settings were discovered; kept so that
 # saved runs and existing presets still resolve.
 RENAMED = {"use_antithetic_sampling": "antithetic", "lr_std_init": "lr_std"}
-# Algorithms whose population is ``[+z, -z]`` (member i mirrors i + popsize/2) whatever their
-# settings; otherwise an ``antithetic`` setting says so.
-_ALWAYS_MIRRORED = ("ARS", "PGPE")
+# Algorithms whose population is ``[+z, -z]`` (antithetic pairs) whatever their settings;
+# otherwise an ``antithetic`` setting says so.
+_ALWAYS_ANTITHETIC = ("ARS", "PGPE")
 
 # What cannot be discovered: an algorithm that needs an input besides the fitness of whole
 # episodes. Keyed by evosax class name.
@@ -322,10 +322,10 @@ def _esjax_settings(name: str, probed: _Probed) -> dict[str, Setting]:
     settings["fitness_shaping"] = Setting(
         default_name, tuple(shaping_names), "raw fitness -> what the update sees"
     )
-    # Groups apply where ranks are taken within a group, and to mirrored pairs: a pair that
+    # Groups apply where ranks are taken within a group, and to antithetic pairs: a pair that
     # shares its start compares its two directions on the same episode (ARS's own runs give
     # every pair a start of its own).
-    if default_name == "centered_rank" or name in _ALWAYS_MIRRORED:
+    if default_name == "centered_rank" or name in _ALWAYS_ANTITHETIC:
         settings.update(_RANK_GROUPS)
     return settings
 
@@ -428,6 +428,6 @@ def default_shaping(algorithm: str) -> Any:
     return shaping.identity_fitness_shaping_fn
 
 
-def is_mirrored(algorithm: str, settings: dict[str, Any]) -> bool:
-    """Whether the population is ``[+z, -z]`` (member i mirrors i + popsize/2)."""
-    return algorithm in _ALWAYS_MIRRORED or bool(settings.get("antithetic", False))
+def is_antithetic(algorithm: str, settings: dict[str, Any]) -> bool:
+    """Whether the population is ``[+z, -z]`` (member i is the negative of i - popsize/2)."""
+    return algorithm in _ALWAYS_ANTITHETIC or bool(settings.get("antithetic", False))

@@ -5,7 +5,7 @@ on the key and ``i``: it is ``threefry2x32(key, (hi(i), lo(i)))`` with the two o
 xor-ed, turned into a uniform in ``[nextafter(-1, 0), 1)`` and then into a normal by
 ``sqrt(2) * erfinv``. So any row of a large draw can be made without the others.
 
-A mirrored OpenES population's noise is such a draw, ``(popsize // 2, num_dims)``, and on
+An antithetic OpenES population's noise is such a draw, ``(popsize // 2, num_dims)``, and on
 several devices each draws only its own pairs' rows (:func:`normal_share`). Drawn whole, XLA
 writes a draw through several full-size passes (the hash, then erfinv's branches), so on a CPU
 a draw larger than the cache is bound by memory. Drawn a cache-sized block of rows at a time,

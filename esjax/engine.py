@@ -13,9 +13,9 @@ is handed its group's keys, so the population is still one sharded, cache-chunke
 
 Across devices no parameters move. Each device steps its own members and reduces them, and
 their mean returns are all-gathered before fitness shaping and ``tell``, which run replicated.
-A materialised population is drawn whole on every device from the shared key; mirrored
+A materialised population is drawn whole on every device from the shared key; antithetic
 OpenES's noise is drawn by pairs, each device its own share, and ``tell`` gathers one partial
-sum per block of pairs instead (:mod:`esjax.noise`, ``docs/scaling.md``).
+sum per block of pairs instead (:mod:`esjax.lazy_openes`, ``docs/scaling.md``).
 
 Every function here takes and returns a batch of runs with a leading *seed* axis; one seed is
 a batch of one. Nothing in this module prints or writes files.
@@ -37,7 +37,6 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from esjax import noise
 from esjax.fitness import (
     mean_and_std,
     return_stats,
@@ -53,7 +52,13 @@ from esjax.rollout import (
     obs_moments,
     tree_select,
 )
-from esjax.strategies import Strategy, mirrored, traced_settings, with_settings
+from esjax.strategies import (
+    Strategy,
+    antithetic,
+    population_path,
+    traced_settings,
+    with_settings,
+)
 
 PyTree = Any
 # Smallest std used to normalise an observation dimension; a constant input stays finite.
@@ -256,7 +261,7 @@ class StepConfig:
     validate_top: int  # leading members re-tested before one is reported (1: none)
     validate_episodes: int
     worst_episodes: float  # a member's return: the mean of this fraction of its worst episodes
-    mirrored: bool  # members come in antithetic pairs
+    antithetic: bool  # members come in antithetic pairs
 
     @classmethod
     def build(
@@ -287,7 +292,7 @@ class StepConfig:
             validate_top=min(int(loop.validate_top), strategy.popsize),
             validate_episodes=int(loop.validate_episodes or eval_episodes),
             worst_episodes=float(loop.worst_episodes),
-            mirrored=mirrored(strategy.spec),
+            antithetic=antithetic(strategy.spec),
         )
 
     @property
@@ -319,7 +324,7 @@ def member_keys(config: StepConfig, key: jax.Array) -> jax.Array:
     data = jax.random.key_data(per_group)
     if rollout.common_env_keys:  # (groups, rollouts, 2) -> (groups, size, rollouts, 2)
         data = jnp.broadcast_to(data[:, None], (groups, size, *data.shape[1:]))
-    return jax.random.wrap_key_data(ungroup_members(data, config.mirrored))
+    return jax.random.wrap_key_data(ungroup_members(data, config.antithetic))
 
 
 def population_rollout(
@@ -374,11 +379,11 @@ def generation(
     config: StepConfig, state: RunState, runs: int = 1
 ) -> tuple[RunState, dict[str, jax.Array]]:
     """One generation of one seed: ask, roll out, tell, update the observation moments."""
-    # Mirrored OpenES skips the population matrix: members are built inside rollout chunks.
-    # Placed by the path: a materialised population replicated, mirrored OpenES's noise split
+    # Antithetic OpenES skips the population matrix: members are built inside rollout chunks.
+    # Placed by the path: a materialised population replicated, antithetic OpenES's noise split
     # by pairs over the devices; parameters never cross devices either way.
     strategy = with_settings(config.strategy, state.hyper)
-    path = noise.population_path(strategy, config.unravel, config.mesh)
+    path = population_path(strategy, config.unravel, config.mesh)
     next_key, k_ask, k_rollout, k_tell = generation_keys(state.key)
     population, sstate = path.ask(k_ask, state.strategy)
     summary = population_summary(config, k_rollout, path.params(population),
@@ -662,7 +667,7 @@ def phase_functions(engine: Engine) -> dict[str, Callable]:
     as in the loop) and ``tell(key, population, returns, sstate)`` are its parts compiled on
     their own.
     """
-    path = noise.population_path(engine.strategy, engine.unravel, engine.sharding.mesh)
+    path = population_path(engine.strategy, engine.unravel, engine.sharding.mesh)
 
     def generation(key, sstate):
         k_ask, k_rollout, k_tell = jax.random.split(key, 3)
@@ -671,7 +676,7 @@ def phase_functions(engine: Engine) -> dict[str, Callable]:
         return tell(k_tell, population, returns, sstate)
 
     def ask(key, sstate):
-        # Placed as in the loop (see :func:`esjax.noise.population_path`).
+        # Placed as in the loop (see :func:`esjax.strategies.population_path`).
         return path.ask(key, sstate)[0]
 
     def rollout(key, population):

@@ -94,7 +94,7 @@ def resolve_config(
     if (popsize or task_config.popsize) is not None:
         strategies.resolve_popsize(
             spec, 1, popsize or task_config.popsize
-        )  # odd for a mirrored ES, ...
+        )  # odd for a antithetic ES, ...
     if not isinstance(seeds, int) or seeds <= 0:
         raise ConfigError(f"seeds must be a positive integer, got {seeds!r}")
     if not isinstance(seed, int) or seed < 0:
@@ -197,6 +197,7 @@ def check_memory(config: RunConfig) -> None:
         rollout,
         lambda num_dims: strategies.build_strategy(spec, num_dims, config.popsize),
         lambda num_dims: config.popsize,
+        strategies.population_floats,
         seeds=config.seeds,
         rollouts=config.rollouts,
     )

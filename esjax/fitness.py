@@ -101,34 +101,35 @@ def return_stats(returns: jax.Array) -> dict[str, jax.Array]:
 # With ``env_groups = G`` the population is split into G groups that each share one set of
 # episode starts (common random numbers within a group, different starts across groups), and
 # fitness is shaped within each group: a member is compared only with members that faced the
-# same episodes, while the update still averages over G different starts. Mirrored pairs
+# same episodes, while the update still averages over G different starts. Antithetic pairs
 # (member i and i + popsize/2 in evosax) always fall in the same group.
 
 
-def group_members(x: jax.Array, groups: int, mirrored: bool) -> jax.Array:
-    """``(popsize, ...) -> (groups, popsize // groups, ...)``, mirrored pairs kept together."""
-    if not mirrored:
+def group_members(x: jax.Array, groups: int, antithetic: bool) -> jax.Array:
+    """``(popsize, ...) -> (groups, popsize // groups, ...)``, antithetic pairs kept together."""
+    if not antithetic:
         return x.reshape(groups, x.shape[0] // groups, *x.shape[1:])
     half = x.reshape(2, groups, x.shape[0] // (2 * groups), *x.shape[1:])
     return jnp.swapaxes(half, 0, 1).reshape(groups, x.shape[0] // groups, *x.shape[1:])
 
 
-def ungroup_members(x: jax.Array, mirrored: bool) -> jax.Array:
+def ungroup_members(x: jax.Array, antithetic: bool) -> jax.Array:
     """The inverse of :func:`group_members`."""
     groups, size = x.shape[:2]
-    if not mirrored:
+    if not antithetic:
         return x.reshape(groups * size, *x.shape[2:])
     pairs = x.reshape(groups, 2, size // 2, *x.shape[2:])
     return jnp.swapaxes(pairs, 0, 1).reshape(groups * size, *x.shape[2:])
 
 
-def grouped_shaping(shaping_fn, groups: int, mirrored: bool):
+def grouped_shaping(shaping_fn, groups: int, antithetic: bool):
     """An evosax fitness-shaping function applied within each group of members."""
 
     def shaped(population, fitness, state, params):
         per_group = jax.vmap(lambda p, f: shaping_fn(p, f, state, params))(
-            group_members(population, groups, mirrored), group_members(fitness, groups, mirrored)
+            group_members(population, groups, antithetic),
+            group_members(fitness, groups, antithetic),
         )
-        return ungroup_members(per_group, mirrored)
+        return ungroup_members(per_group, antithetic)
 
     return shaped

@@ -3,12 +3,12 @@
 The estimate uses shapes only (``jax.eval_shape`` of the policy's and the strategy's
 initialisation), so a network of ten billion weights is refused in milliseconds instead of
 failing deep inside XLA after minutes. It counts what a generation holds at once, per seed:
-the strategy state twice (the scan carries one while building the next), three
-population-sized arrays (the noise, the population, the weighted noise of ``tell``), and the
-rollout's activations. A materialised population is drawn whole on every device, so devices
-that share the host's memory (CPU devices) each count (mirrored OpenES holds less: its share of
-half the noise). It is an estimate for refusing the impossible, not a
-promise that a run which passes fits.
+the strategy state twice (the scan carries one while building the next), what the strategy
+holds for its population (its ``population_floats``: three population-sized arrays for a
+materialised population, the noise, the population and the weighted noise of ``tell``; a lazy
+strategy says what it holds, e.g. antithetic OpenES its share of half the noise), and the
+rollout's activations. Devices that share the host's memory (CPU devices) each count. It is an
+estimate for refusing the impossible, not a promise that a run which passes fits.
 """
 
 from __future__ import annotations
@@ -88,32 +88,40 @@ def estimate(
     rollout: Any,
     build_strategy: Callable[[int], Any],
     popsize_for: Callable[[int], int],
+    population_floats: Callable[[Any, int], int],
     *,
     seeds: int,
     rollouts: int,
 ) -> MemoryEstimate:
     """What a generation of ``rollout`` with the strategy ``build_strategy(num_dims)`` needs.
 
-    ``popsize_for(num_dims)`` is the population size; ``build_strategy`` is only traced.
+    ``popsize_for(num_dims)`` is the population size. ``population_floats(strategy, devices)``
+    is what the strategy holds for a population on one device
+    (:func:`esjax.strategies.population_floats`). The strategy is built and initialised only
+    while tracing, so its templates are shapes, not ``num_dims`` floats.
     """
     key = jax.random.key(0)
     params = jax.eval_shape(rollout.init_params, key)
     num_dims = member_size(rollout)
     popsize = popsize_for(num_dims)
+    devices = list(rollout.devices)
+    held: list[int] = []
     try:
 
         def init(k):
-            return build_strategy(num_dims).init(k, jnp.zeros((num_dims,), jnp.float32))
+            strategy = build_strategy(num_dims)
+            held.append(population_floats(strategy, len(devices)))
+            return strategy.init(k, jnp.zeros((num_dims,), jnp.float32))
 
         state = _bytes(jax.eval_shape(init, key))
     except Exception:  # a strategy that cannot be traced here: its mean, std and moments
         state = 4 * num_dims * _FLOAT
-    population = popsize * num_dims * _FLOAT
+    # What the strategy says it holds, else a materialised population's three arrays.
+    population = (held[0] if held else 3 * popsize * num_dims) * _FLOAT
     # Activations live only within a step; every layer's output width once per episode.
     width = sum(leaf.shape[-1] for leaf in jax.tree.leaves(params) if leaf.shape)
     activations = 2 * popsize * rollouts * width * _FLOAT
-    per_device = seeds * (2 * state + 3 * population + activations)
-    devices = list(rollout.devices)
+    per_device = seeds * (2 * state + population + activations)
     available, where = available_memory(devices)
     shared = len(devices) if devices[0].platform == "cpu" else 1
     return MemoryEstimate(per_device * shared, available, where, num_dims, popsize)

@@ -1,8 +1,8 @@
 """A population over devices: which device steps which members, and their order coming back.
 
 A population is either materialised (a parameter pytree with a leading member axis) or a
-:class:`~esjax.noise.LazyPopulation` (members are ids whose parameters are made on demand,
-its noise possibly split by pairs over the mesh). Everything that tells the two apart for the
+:class:`~esjax.population.LazyMembers` (members are ids whose parameters are made on demand,
+its state possibly split over the mesh). Everything that tells the two apart for the
 rollout lives here, so :class:`~esjax.rollout.PopulationRollout` asks for "each device's
 members" and never for the kind of population.
 
@@ -21,7 +21,7 @@ import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from esjax.noise import AXIS, LazyPopulation
+from esjax.population import AXIS, LazyMembers
 
 PyTree = Any
 # ``local(keys, members, inputs, valid, axis)``: one device's members (all of them off a mesh).
@@ -29,13 +29,13 @@ LocalFn = Callable[[jax.Array, PyTree, PyTree, jax.Array, str | None], PyTree]
 
 
 def population_mesh(devices: Sequence[Any]) -> Mesh:
-    """The one-axis mesh a population is sharded over (the axis :data:`esjax.noise.AXIS`)."""
+    """The one-axis mesh a population is sharded over (the axis :data:`esjax.population.AXIS`)."""
     return Mesh(np.array(devices), (AXIS,))
 
 
 def popsize(pop_params: PyTree) -> int:
     """Members in a population, materialised or lazy."""
-    if isinstance(pop_params, LazyPopulation):
+    if isinstance(pop_params, LazyMembers):
         return pop_params.popsize
     return jax.tree.leaves(pop_params)[0].shape[0]
 
@@ -48,7 +48,7 @@ def member_ids(pop_params: PyTree) -> tuple[PyTree, Callable[[PyTree], PyTree], 
     whole. ``shapes`` has a leading member axis (for a lazy population, one member's shape
     structs): a chunk is sized from it without anything being drawn.
     """
-    if isinstance(pop_params, LazyPopulation):
+    if isinstance(pop_params, LazyMembers):
         ids, decode = pop_params.members(), pop_params.member
         shapes = jax.eval_shape(jax.vmap(decode), jax.tree.map(lambda x: x[:1], ids))
         return ids, decode, shapes
@@ -61,15 +61,15 @@ def member_ids(pop_params: PyTree) -> tuple[PyTree, Callable[[PyTree], PyTree], 
 
 def take(pop_params: PyTree, rows: jax.Array) -> PyTree:
     """The members at ``rows`` (a lazy population only selects ids, it draws nothing)."""
-    if isinstance(pop_params, LazyPopulation):
+    if isinstance(pop_params, LazyMembers):
         return pop_params.take(rows)
     return jax.tree.map(lambda x: x[rows], pop_params)
 
 
 def in_member_order(pop_params: PyTree, x: jax.Array) -> jax.Array:
     """Per-member results from :func:`over_devices` in the population's order, padding dropped."""
-    if isinstance(pop_params, LazyPopulation) and pop_params.sharded:
-        return pop_params.layout.in_member_order(x)
+    if isinstance(pop_params, LazyMembers):
+        return pop_params.in_member_order(x)
     return x[: popsize(pop_params)]
 
 
@@ -93,8 +93,8 @@ def over_devices(
     that does not divide is padded with copies of the last member. On a CPU host a device
     is a core.
     """
-    if isinstance(pop_params, LazyPopulation) and pop_params.sharded:
-        return _over_paired_devices(local, devices, keys, pop_params, inputs, out_specs)
+    if isinstance(pop_params, LazyMembers) and pop_params.devices > 1:
+        return _over_split_devices(local, devices, keys, pop_params, inputs, out_specs)
     size = popsize(pop_params)
     num_devices = len(devices)
     if num_devices == 1 or size < num_devices:
@@ -119,38 +119,29 @@ def over_devices(
     )(keys, pop_params, inputs)
 
 
-def _over_paired_devices(
+def _over_split_devices(
     local: LocalFn,
     devices: Sequence[Any],
     keys: jax.Array,
-    population: LazyPopulation,
+    population: LazyMembers,
     inputs: PyTree,
     out_specs: P,
 ) -> PyTree:
-    """:func:`over_devices` for a population whose noise is split by pairs over the mesh.
+    """:func:`over_devices` for a lazy population whose state is split over the mesh.
 
-    Each device steps both members of the pairs whose rows it holds
-    (:meth:`PairLayout.device_members`); pairs past the last are padding. Results come
-    back device by device and :func:`in_member_order` puts them in the population's order.
+    Each device steps the members its share names (:meth:`LazyMembers.device_share`); results
+    come back device by device and :func:`in_member_order` puts them in the population's order.
     """
-    layout = population.layout
-    if layout.devices != len(devices):
+    if population.devices != len(devices):
         raise ValueError(
-            f"the population is split over {layout.devices} devices, "
+            f"the population is split over {population.devices} devices, "
             f"the rollout runs on {len(devices)}"
         )
-    size = population.popsize
     shared = keys.ndim == 1
 
     def shard(keys, population, inputs):
-        device = jax.lax.axis_index(AXIS)
-        pair, negative = layout.device_members(device)
-        member = jnp.minimum(jnp.where(negative, pair + layout.half, pair), size - 1)
-        population = population.replace(
-            pair=pair, negative=negative, first=device * layout.per_device
-        )
-        valid = pair < layout.half
-        return local(keys if shared else keys[member], population, inputs, valid, AXIS)
+        share, member, valid = population.device_share(jax.lax.axis_index(AXIS))
+        return local(keys if shared else keys[member], share, inputs, valid, AXIS)
 
     return jax.shard_map(
         shard,

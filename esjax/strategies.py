@@ -27,13 +27,17 @@ import optax
 from evosax.core import fitness_shaping as shaping
 from evosax.core.optimizer import clipup
 from flax import struct
+from jax import lax
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from esjax import algorithms, presets
+from esjax import algorithms, lazy_openes, presets
 from esjax.algorithms import OPTIMIZERS, SHAPING_FNS, Setting, settings_table
 from esjax.cache import remembered
 from esjax.cma import resolve_decomposition_every
 from esjax.config import LOOP_SETTINGS, ConfigError, LoopSettings, StrategySpec, suggest, to_dict
 from esjax.fitness import grouped_shaping
+from esjax.population import LazyStrategy
 
 __all__ = ["OPTIMIZERS", "Setting", "Strategy", "StrategySpec", "build_strategy", "load_strategy"]
 
@@ -232,15 +236,15 @@ def resolve_popsize(spec: StrategySpec, num_dims: int, popsize: int | None = Non
     value = int(value)
     if value < 2:
         raise ConfigError(f"popsize must be at least 2, got {value}")
-    if mirrored(spec) and value % 2:
+    if antithetic(spec) and value % 2:
         raise ConfigError(
-            f"popsize {value}: {spec.algorithm} samples mirrored pairs, so popsize must be even"
+            f"popsize {value}: {spec.algorithm} samples antithetic pairs, so popsize must be even"
         )
     groups = env_groups(spec, value)
-    if value % (2 * groups if mirrored(spec) else groups):
+    if value % (2 * groups if antithetic(spec) else groups):
         raise ConfigError(
             f"popsize {value} does not split into env_groups = {groups} groups"
-            + (" of mirrored pairs" if mirrored(spec) else "")
+            + (" of antithetic pairs" if antithetic(spec) else "")
         )
     return value
 
@@ -256,16 +260,17 @@ def env_groups(spec: StrategySpec, popsize: int) -> int:
     groups = spec.loop.env_groups
     if groups != "auto":
         return int(groups)
-    unit = 2 if mirrored(spec) else 1
+    unit = 2 if antithetic(spec) else 1
     groups = max(1, popsize // MEMBERS_PER_GROUP)
     while popsize % (unit * groups):
         groups -= 1
     return groups
 
 
-def mirrored(spec: StrategySpec) -> bool:
-    """Whether the strategy's population is ``[+z, -z]`` (member i mirrors i + popsize/2)."""
-    return algorithms.is_mirrored(spec.algorithm, spec.settings)
+def antithetic(spec: StrategySpec) -> bool:
+    """Whether the strategy's population is ``[+z, -z]``: member ``i + popsize / 2`` is the
+    negative of member ``i``'s noise."""
+    return algorithms.is_antithetic(spec.algorithm, spec.settings)
 
 
 def _decaying(value: Any, decay: Any, floor: Any) -> optax.Schedule:
@@ -316,7 +321,7 @@ def _shaping(spec: StrategySpec, default: Callable) -> Callable:
     settings = spec.settings
     fn = SHAPING_FNS.get(settings["fitness_shaping"], default)
     if spec.loop.env_groups > 1:
-        fn = grouped_shaping(fn, spec.loop.env_groups, mirrored(spec))
+        fn = grouped_shaping(fn, spec.loop.env_groups, antithetic(spec))
     if settings["l2_penalty"]:
         fn = shaping.add_weight_decay(fn, settings["l2_penalty"])
     return fn
@@ -581,4 +586,74 @@ def strategy_cost_hint(
     return (
         f"{spec.algorithm} at {num_dims} parameters x popsize {popsize} may cost about "
         f"{strategy / rollout:.1f}x the rollouts per generation; {advice}"
+    )
+
+
+# Strategies whose population is never materialised, tried in order: the first whose
+# ``applies`` accepts a run's strategy steps it (:func:`population_path`). A new one is a module
+# implementing :class:`esjax.population.LazyStrategy` and a line here.
+LAZY_STRATEGIES: tuple[LazyStrategy, ...] = (lazy_openes.LAZY_OPENES,)
+
+
+def lazy_form(strategy: Strategy) -> LazyStrategy | None:
+    """The lazy strategy that computes exactly what ``strategy`` would, or None."""
+    return next((lazy for lazy in LAZY_STRATEGIES if lazy.applies(strategy)), None)
+
+
+def population_floats(strategy: Strategy, devices: int) -> int:
+    """Floats one device holds for a generation's population, for the memory preflight: a lazy
+    strategy's own count, else three ``popsize x num_dims`` arrays (the noise, the population
+    drawn whole on every device, and ``tell``'s weighted noise)."""
+    lazy = lazy_form(strategy)
+    if lazy is not None:
+        return lazy.held_floats(strategy.popsize, strategy.num_dims, devices)
+    return 3 * strategy.popsize * strategy.num_dims
+
+
+@dataclass(frozen=True)
+class PopulationPath:
+    """How a generation asks, hands members to the rollout, tells and reads one member's row.
+
+    The engine goes through this one object, so a strategy's population is either a
+    ``(popsize, num_dims)`` matrix (evosax's own ask and tell) or lazy members
+    (:class:`esjax.population.LazyMembers`, from :data:`LAZY_STRATEGIES`).
+    """
+
+    ask: Callable[[jax.Array, Any], tuple[Any, Any]]
+    params: Callable[[Any], Any]
+    tell: Callable[[jax.Array, Any, jax.Array, Any], Any]
+    row: Callable[[Any, jax.Array], jax.Array]
+
+
+def population_path(
+    strategy: Strategy, unravel: Callable, mesh: Mesh | None = None
+) -> PopulationPath:
+    """The lazy path where a :data:`LAZY_STRATEGIES` entry applies, else the materialised one.
+
+    With a ``mesh``, the materialised population is drawn whole on every device (pinned
+    replicated, so only returns cross devices); a lazy one is split as its ``ask`` chooses.
+    """
+    lazy = lazy_form(strategy)
+    if lazy is not None:
+        return PopulationPath(
+            ask=lambda key, state: (lazy.ask(strategy, key, state, unravel, mesh), state),
+            params=lambda population: population,
+            tell=lambda key, population, fitness, state: lazy.tell(
+                strategy, key, population, fitness, state
+            ),
+            row=lambda population, member: population.member_flat(member),
+        )
+
+    def replicated_ask(key, state):
+        population, state = strategy.ask(key, state)
+        if mesh is not None:
+            # Left free, XLA would shard the draw and all-gather it for ``tell``.
+            population = lax.with_sharding_constraint(population, NamedSharding(mesh, P()))
+        return population, state
+
+    return PopulationPath(
+        ask=replicated_ask,
+        params=jax.vmap(unravel),
+        tell=strategy.tell,
+        row=lambda population, member: population[member],
     )

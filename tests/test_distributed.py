@@ -81,7 +81,7 @@ def test_only_returns_and_block_sums_cross_devices():
         assert len(jax.devices()) == 4
         from esjax.distributed import block_collectives
         from esjax.engine import make_engine
-        from esjax.noise import PairLayout
+        from esjax.lazy_openes import PairLayout
         from esjax.policies import MLP
         from esjax.rollout import PopulationRollout
         from esjax.strategies import build_strategy, load_strategy
@@ -119,18 +119,18 @@ def test_past_32_devices_the_gradient_is_all_reduced():
     script = """
         import jax, jax.numpy as jnp, numpy as np
         from jax.sharding import Mesh
-        from esjax import noise
+        from esjax import lazy_openes
         from esjax.distributed import collective_bytes
         from esjax.strategies import build_strategy, load_strategy
         assert len(jax.devices()) == 34
-        mesh = Mesh(np.array(jax.devices()), (noise.AXIS,))
+        mesh = Mesh(np.array(jax.devices()), (lazy_openes.AXIS,))
         strategy = build_strategy(load_strategy("open_es", {"popsize": 140}), num_dims=5)
         state = strategy.init(jax.random.key(0), jnp.zeros(5))
-        ask = jax.jit(lambda k: noise.ask(strategy, k, state, lambda f: f, mesh))
+        ask = jax.jit(lambda k: lazy_openes.ask(strategy, k, state, lambda f: f, mesh))
         lazy = ask(jax.random.key(1))
         assert lazy.layout.devices == 34 and lazy.layout.block == 3
         weights = jax.random.normal(jax.random.key(2), (70,))
-        total = jax.jit(noise.weighted_noise)
+        total = jax.jit(lazy_openes.weighted_noise)
         want = np.asarray(weights, np.float64) @ np.asarray(jax.random.normal(
             strategy.noise_key(jax.random.key(1)), (70, 5)), np.float64)
         np.testing.assert_allclose(total(lazy, weights), want, rtol=1e-5, atol=1e-5)

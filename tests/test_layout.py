@@ -23,7 +23,8 @@ LAYERS = {
         "suite_base", "suite_xminigrid", "suite_jumanji", "suite_craftax", "suite_playground",
         "suite_brax", "suites", "envs", "episode", "policies", "mirror", "rollout", "sharding",
         "distributed", "algorithms",
-        "strategies", "cma", "noise", "draw", "fitness", "engine", "baselines", "tasks",
+        "strategies", "cma", "population", "lazy_openes", "draw", "fitness", "engine", "baselines",
+        "tasks",
         "memory", "cache", "programs", "preflight",
     ],
     "host": [

@@ -490,6 +490,7 @@ def test_nonfinite_strategy_settings_are_refused_whatever_the_settings_are(tmp_p
 # ---------------------------------------------------------------------------- memory preflight
 def test_memory_preflight_refuses_an_impossible_network_without_allocating(tmp_path, monkeypatch):
     import esjax.engine
+    import esjax.saved  # binds engine's functions now, not while they are patched below
     import esjax.strategies
 
     def no_allocating(*args, **kwargs):

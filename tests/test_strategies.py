@@ -618,7 +618,7 @@ def test_always_mirrored_algorithms_ask_mirrored_pairs(name):
     # esjax keeps member i and i + popsize/2 together (env_groups); evosax's own ask is the
     # reference for whether they really are +z and -z about the mean.
     strategy = build_strategy(load_strategy(name, {"popsize": 8}), num_dims=3)
-    assert algorithms.is_mirrored(name, strategy.spec.settings)
+    assert algorithms.is_antithetic(name, strategy.spec.settings)
     mean = jnp.asarray([0.5, -1.0, 2.0])
     state = strategy.init(jax.random.key(0), mean)
     population, _ = strategy.ask(jax.random.key(1), state)

@@ -1,4 +1,4 @@
-"""Mirrored OpenES without a materialised population: the half noise matrix is the population.
+"""Antithetic OpenES without a materialised population: the half noise matrix is the population.
 
 evosax's ``Open_ES`` with antithetic sampling draws ``z`` of shape ``(popsize // 2, num_dims)``
 from the ask key and returns ``mean + std * [z; -z]``, a ``(popsize, num_dims)`` matrix that its
@@ -14,8 +14,9 @@ and ``tell`` gathers one partial sum per block of pairs, not the noise. The orde
 is fixed by the blocks, not by the devices, so the search is the same bits on any device count
 up to ``GRADIENT_BLOCKS``.
 
-It applies where the shortcut is exact: ``Open_ES`` mirrored, no L2 penalty (the only fitness
-shaping here that reads the parameters). Every other strategy keeps the materialised path.
+It applies where the shortcut is exact: ``Open_ES`` with antithetic pairs, no L2 penalty (the
+only fitness shaping here that reads the parameters). Every other strategy keeps the
+materialised path. :data:`LAZY_OPENES` is this module's :class:`esjax.population.LazyStrategy`.
 """
 
 from __future__ import annotations
@@ -33,9 +34,8 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from esjax import draw
+from esjax.population import AXIS
 
-# The mesh axis the population is sharded over (the rollout's and the engine's).
-AXIS = "population"
 # ``tell`` sums the pairs in at most this many blocks: enough that on a mesh up to this size
 # no device holds more than one block over an even share, few enough that gathering one
 # partial sum per block (``num_dims`` floats each) stays small.
@@ -44,7 +44,7 @@ GRADIENT_BLOCKS = 32
 
 @dataclass(frozen=True)
 class PairLayout:
-    """Which device holds which mirrored pairs' noise rows, and how ``tell`` adds them up.
+    """Which device holds which antithetic pairs' noise rows, and how ``tell`` adds them up.
 
     Pairs are cut into blocks of ``block`` consecutive pairs, and each of ``devices`` devices
     holds an equal run of whole blocks: device ``k`` holds pairs ``[k * per_device, (k + 1) *
@@ -87,7 +87,7 @@ class PairLayout:
 
     def in_member_order(self, x: jax.Array) -> jax.Array:
         """Per-member results gathered device by device (:meth:`device_members`), padding
-        dropped, in the population's order: the ``+`` members, then their mirror images."""
+        dropped, in the population's order: the ``+`` members, then their negatives."""
         x = x.reshape(self.devices, 2, self.per_device, *x.shape[1:])
         x = jnp.swapaxes(x, 0, 1).reshape(2, self.rows, *x.shape[3:])[:, : self.half]
         return x.reshape(2 * self.half, *x.shape[2:])
@@ -107,7 +107,7 @@ class LazyPopulation:
     std: jax.Array
     noise: jax.Array  # (rows held, num_dims)
     pair: jax.Array  # (members,) int32: each member's pair, its noise row
-    negative: jax.Array  # (members,) bool: the member is its pair's mirror image
+    negative: jax.Array  # (members,) bool: the member is its pair's negative
     first: jax.Array  # int32: the pair of ``noise``'s first row
     unravel: Callable = struct.field(pytree_node=False)
     layout: PairLayout = struct.field(pytree_node=False)
@@ -116,6 +116,10 @@ class LazyPopulation:
     @property
     def popsize(self) -> int:
         return self.pair.shape[0]
+
+    @property
+    def devices(self) -> int:
+        return self.layout.devices
 
     @property
     def sharded(self) -> bool:
@@ -139,6 +143,20 @@ class LazyPopulation:
     def specs(self) -> LazyPopulation:
         """``shard_map`` specs: the noise split by rows over the mesh, the rest replicated."""
         return jax.tree.map(lambda _: P(), self).replace(noise=P(AXIS))
+
+    def device_share(self, device: jax.Array) -> tuple[LazyPopulation, jax.Array, jax.Array]:
+        """Device ``device``'s members: both members of the pairs whose rows it holds
+        (:meth:`PairLayout.device_members`); pairs past the last are padding."""
+        layout = self.layout
+        pair, negative = layout.device_members(device)
+        member = jnp.minimum(jnp.where(negative, pair + layout.half, pair), self.popsize - 1)
+        share = self.replace(pair=pair, negative=negative, first=device * layout.per_device)
+        return share, member, pair < layout.half
+
+    def in_member_order(self, x: jax.Array) -> jax.Array:
+        if self.sharded:
+            return self.layout.in_member_order(x)
+        return x[: self.popsize]
 
     def member_flat(self, member: jax.Array) -> jax.Array:
         """Member ``member``'s (a population index) flat parameters, on every device.
@@ -165,7 +183,7 @@ class LazyPopulation:
 
 
 def applies(strategy: Any) -> bool:
-    """Whether ``strategy`` can run on a :class:`LazyPopulation` (mirrored OpenES, no L2)."""
+    """Whether ``strategy`` can run on a :class:`LazyPopulation` (antithetic OpenES, no L2)."""
     # evosax is imported here, not at the top: the rollout imports this module, and evosax
     # creates arrays at import, which would start JAX before the CPU devices are set.
     from evosax.algorithms.distribution_based.open_es import Open_ES
@@ -307,46 +325,29 @@ def tell(strategy: Any, key: jax.Array, population: LazyPopulation, fitness: jax
     )
 
 
+def held_floats(popsize: int, num_dims: int, devices: int) -> int:
+    """A device's share of the half noise (whole blocks of pairs), the only population-sized
+    array a generation holds; a chunk's members and ``tell``'s sum are ``num_dims``-sized."""
+    return PairLayout(popsize // 2, devices).per_device * num_dims
+
+
 @dataclass(frozen=True)
-class PopulationPath:
-    """How a generation asks, hands members to the rollout, tells and reads one member's row.
+class _LazyOpenES:
+    """Antithetic OpenES as a :class:`esjax.population.LazyStrategy`."""
 
-    The engine goes through this one object, so a strategy's population is either a
-    ``(popsize, num_dims)`` matrix (evosax's own ask and tell) or a :class:`LazyPopulation`.
-    """
+    name: str = "antithetic OpenES"
 
-    ask: Callable[[jax.Array, Any], tuple[Any, Any]]
-    params: Callable[[Any], Any]
-    tell: Callable[[jax.Array, Any, jax.Array, Any], Any]
-    row: Callable[[Any, jax.Array], jax.Array]
+    def applies(self, strategy: Any) -> bool:
+        return applies(strategy)
+
+    def ask(self, strategy, key, state, unravel, mesh) -> LazyPopulation:
+        return ask(strategy, key, state, unravel, mesh)
+
+    def tell(self, strategy, key, population, fitness, state) -> Any:
+        return tell(strategy, key, population, fitness, state)
+
+    def held_floats(self, popsize: int, num_dims: int, devices: int) -> int:
+        return held_floats(popsize, num_dims, devices)
 
 
-def population_path(strategy: Any, unravel: Callable, mesh: Mesh | None = None) -> PopulationPath:
-    """The lazy path where :func:`applies`, else the materialised one.
-
-    With a ``mesh``, the materialised population is drawn whole on every device (pinned
-    replicated, so only returns cross devices); the lazy one is split by pairs (:func:`ask`).
-    """
-    if applies(strategy):
-        return PopulationPath(
-            ask=lambda key, state: (ask(strategy, key, state, unravel, mesh), state),
-            params=lambda population: population,
-            tell=lambda key, population, fitness, state: tell(
-                strategy, key, population, fitness, state
-            ),
-            row=lambda population, member: population.member_flat(member),
-        )
-
-    def replicated_ask(key, state):
-        population, state = strategy.ask(key, state)
-        if mesh is not None:
-            # Left free, XLA would shard the draw and all-gather it for ``tell``.
-            population = lax.with_sharding_constraint(population, NamedSharding(mesh, P()))
-        return population, state
-
-    return PopulationPath(
-        ask=replicated_ask,
-        params=jax.vmap(unravel),
-        tell=strategy.tell,
-        row=lambda population, member: population[member],
-    )
+LAZY_OPENES = _LazyOpenES()

@@ -1,4 +1,4 @@
-"""The lazy mirrored-OpenES population against evosax's own ask and tell on the same keys."""
+"""The lazy antithetic-OpenES population against evosax's own ask and tell on the same keys."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 import esjax
-from esjax import draw, noise
+from esjax import draw, lazy_openes
 from esjax.fitness import to_fitness
 from esjax.policies import MLP
 from esjax.strategies import build_strategy, load_strategy
@@ -35,7 +35,7 @@ def test_population_is_evosax_ask():
     strategy = open_es()
     state = started(strategy)
     key = jax.random.key(3)
-    lazy = noise.ask(strategy, key, state, lambda flat: flat)
+    lazy = lazy_openes.ask(strategy, key, state, lambda flat: flat)
     expected, _ = strategy.es.ask(key, state, strategy.params)
     # Same draw; only the rounding of ``mean + std * z`` may differ (XLA may fuse it into one
     # multiply-add in one program and not in the other).
@@ -53,7 +53,7 @@ def test_population_drawn_in_blocks_is_evosax_ask():
     assert 4 * 512 * num_dims > draw.WHOLE_BYTES
     state = strategy.init(jax.random.key(0), jnp.zeros(num_dims))
     key = jax.random.key(9)
-    lazy = jax.jit(lambda k, s: noise.ask(strategy, k, s, lambda flat: flat))(key, state)
+    lazy = jax.jit(lambda k, s: lazy_openes.ask(strategy, k, s, lambda flat: flat))(key, state)
     expected, _ = strategy.es.ask(key, state, strategy.params)
     # evosax's draw is ``jax.random.normal(key, (popsize // 2, num_dims))``: the same bits.
     np.testing.assert_array_equal(lazy.noise, jax.random.normal(key, (512, num_dims)))
@@ -63,15 +63,15 @@ def test_population_drawn_in_blocks_is_evosax_ask():
 def test_tell_equals_evosax_tell_on_the_same_population():
     strategy = open_es()
     state = started(strategy)
-    lazy = noise.ask(strategy, jax.random.key(3), state, lambda flat: flat)
+    lazy = lazy_openes.ask(strategy, jax.random.key(3), state, lambda flat: flat)
     population = materialised(lazy)
     fitness = to_fitness(jax.random.normal(jax.random.key(4), (8,)))
     key = jax.random.key(5)
-    ours = noise.tell(strategy, key, lazy, fitness, state)
+    ours = lazy_openes.tell(strategy, key, lazy, fitness, state)
     theirs, _ = strategy.es.tell(key, population, fitness, state, strategy.params)
     # Two generations: the second tell also sees the first one's best-so-far and Adam moments.
-    lazy2 = noise.ask(strategy, jax.random.key(6), ours, lambda flat: flat)
-    ours = noise.tell(strategy, key, lazy2, fitness[::-1], ours)
+    lazy2 = lazy_openes.ask(strategy, jax.random.key(6), ours, lambda flat: flat)
+    ours = lazy_openes.tell(strategy, key, lazy2, fitness[::-1], ours)
     theirs, _ = strategy.es.tell(key, materialised(lazy2), fitness[::-1], theirs, strategy.params)
     for got, want in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
@@ -83,12 +83,12 @@ def test_tell_equals_evosax_tell_on_the_same_population():
     ("half", "devices"), [(4, 1), (5, 4), (65, 4), (1024, 2), (1000, 3), (1000, 32), (500, 64)]
 )
 def test_pair_layout_puts_every_member_on_one_device_with_its_mirror_image(half, devices):
-    layout = noise.PairLayout(half, devices)
+    layout = lazy_openes.PairLayout(half, devices)
     assert layout.per_device % layout.block == 0 and layout.rows >= half
     # Less than one block of padding per device, and no device more than a block over an even
     # share: at most GRADIENT_BLOCKS blocks (or one per device past that many devices).
     assert layout.rows - half < devices * layout.block
-    assert layout.blocks <= max(noise.GRADIENT_BLOCKS, devices)
+    assert layout.blocks <= max(lazy_openes.GRADIENT_BLOCKS, devices)
     assert layout.per_device <= -(-half // devices) + layout.block
     pairs, negatives = zip(*(layout.device_members(d) for d in range(devices)), strict=True)
     pair, negative = np.concatenate(pairs), np.concatenate(negatives)
@@ -105,7 +105,7 @@ def test_weighted_noise_is_the_weighted_sum_of_the_pairs_rows():
     """Summed block by block (here 25 blocks of 4 pairs, the last one part padding)."""
     half, num_dims = 99, 9
     key = jax.random.key(1)
-    lazy = noise.LazyPopulation(
+    lazy = lazy_openes.LazyPopulation(
         mean=jnp.zeros(num_dims),
         std=jnp.float32(1.0),
         noise=jax.random.normal(key, (100, num_dims)),
@@ -113,12 +113,14 @@ def test_weighted_noise_is_the_weighted_sum_of_the_pairs_rows():
         negative=jnp.arange(2 * half) >= half,
         first=jnp.int32(0),
         unravel=lambda flat: flat,
-        layout=noise.PairLayout(half),
+        layout=lazy_openes.PairLayout(half),
     )
     assert lazy.layout.block == 4 and lazy.layout.rows == 100
     weights = jax.random.normal(jax.random.key(2), (half,))
     want = np.asarray(weights, np.float64) @ np.asarray(lazy.noise[:half], np.float64)
-    np.testing.assert_allclose(noise.weighted_noise(lazy, weights), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        lazy_openes.weighted_noise(lazy, weights), want, rtol=1e-5, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize(
@@ -132,7 +134,7 @@ def test_weighted_noise_is_the_weighted_sum_of_the_pairs_rows():
 )
 def test_applies_only_where_the_shortcut_is_exact(name, settings, expected):
     spec = load_strategy(name, {"popsize": 8, **settings})
-    assert noise.applies(build_strategy(spec, num_dims=NUM_DIMS)) is expected
+    assert lazy_openes.applies(build_strategy(spec, num_dims=NUM_DIMS)) is expected
 
 
 def test_rollout_of_lazy_members_equals_rollout_of_their_parameters():
@@ -141,7 +143,7 @@ def test_rollout_of_lazy_members_equals_rollout_of_their_parameters():
     spec = load_strategy("open_es", {"popsize": 8})
     strategy = build_strategy(spec, num_dims=flat.size)
     state = strategy.init(jax.random.key(1), flat).replace(std=jnp.asarray(0.2, jnp.float32))
-    lazy = noise.ask(strategy, jax.random.key(2), state, unravel)
+    lazy = lazy_openes.ask(strategy, jax.random.key(2), state, unravel)
     params = jax.vmap(unravel)(materialised(lazy))
     key = jax.random.key(7)
     # Up to the rounding of the members' multiply-add (see the ask test).
@@ -151,3 +153,51 @@ def test_rollout_of_lazy_members_equals_rollout_of_their_parameters():
     np.testing.assert_allclose(
         ro.population(key, lazy, 2).returns, ro.population(key, params, 2).returns, rtol=1e-5
     )
+
+
+def test_lazy_population_is_the_protocol_the_rollout_and_engine_ask_for():
+    """The rollout and sharding code see lazy members only through the protocol; the engine
+    finds the lazy form of a strategy through the registry, and only where it is exact."""
+    from esjax.population import LazyMembers
+    from esjax.strategies import LAZY_STRATEGIES, lazy_form
+
+    strategy = open_es()
+    lazy = lazy_openes.ask(strategy, jax.random.key(3), started(strategy), lambda flat: flat)
+    assert isinstance(lazy, LazyMembers)
+    assert not isinstance({"w": jnp.zeros((8, 3))}, LazyMembers)
+    assert lazy_openes.LAZY_OPENES in LAZY_STRATEGIES
+    assert lazy_form(strategy) is lazy_openes.LAZY_OPENES
+    assert lazy_form(open_es(antithetic=False)) is None
+
+
+def test_memory_preflight_charges_what_each_strategy_holds(monkeypatch):
+    """Antithetic OpenES holds half the noise, never a population: at a size whose three
+    materialised ``popsize x num_dims`` arrays do not fit, it passes and OpenES without pairs
+    (materialised) is refused. The bytes are counted here by hand from the shapes."""
+    from esjax import memory
+    from esjax.strategies import population_floats
+
+    ro = esjax.PopulationRollout("Pendulum-v1", MLP((64, 64)), 10)
+    num_dims = memory.member_size(ro)
+    assert num_dims == 3 * 64 + 64 + 64 * 64 + 64 + 64 + 1
+    popsize = 4096
+
+    def needs(antithetic: bool) -> memory.MemoryEstimate:
+        spec = load_strategy("open_es", {"popsize": popsize, "antithetic": antithetic})
+        return memory.estimate(
+            ro,
+            lambda n: build_strategy(spec, n, popsize),
+            lambda n: popsize,
+            population_floats,
+            seeds=1,
+            rollouts=1,
+        )
+
+    lazy, full = needs(True), needs(False)
+    held = lazy_openes.PairLayout(popsize // 2, len(ro.devices)).per_device * num_dims
+    assert held >= popsize // 2 * num_dims
+    shared = len(ro.devices)  # CPU devices share the host's memory
+    assert full.needed - lazy.needed == 4 * shared * (3 * popsize * num_dims - held)
+    between = (lazy.needed + full.needed) // 2
+    monkeypatch.setattr(memory, "available_memory", lambda devices: (between, "host memory"))
+    assert needs(True).fits and not needs(False).fits
