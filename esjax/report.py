@@ -8,20 +8,20 @@ configuration, over the tasks that have a ``solved_return``: the IQM and mean of
 normalised to 0 = a uniformly random policy and 1 = ``solved_return``, with stratified-bootstrap
 intervals, performance profiles, and for two configurations the probability of improvement.
 
-The bootstrap, IQM and probability of improvement are ``rliable``'s (the ``esjax[report]``
-extra, imported when a report is made): it is the maintained implementation of Agarwal et al.'s
-recommendations, so a report's numbers are the ones a reader gets from it on the same scores.
+The statistics are Agarwal et al.'s recommendations (NeurIPS 2021), computed by
+:mod:`esjax.stats` on NumPy and SciPy: the IQM is ``scipy.stats.trim_mean`` at 25 %, the
+intervals are percentile intervals of a stratified bootstrap (seeds resampled within each
+task), as rliable computes them; the tests check the numbers against rliable called directly.
 The profiles are bootstrapped the same way but count scores at or above each level, as a
-verdict does (rliable counts strictly above). Each configuration's bootstrap starts from one
-seed (:func:`seeded`), so the same runs give the same report.
+verdict does (rliable counts strictly above). Every statistic's resamples are drawn from its
+own ``numpy.random.default_rng(seed)``, never from NumPy's global state, so the same runs give
+the same report, and a configuration's intervals do not depend on which others are beside it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,15 @@ from esjax.config import ConfigError, RunConfig, changed_keys
 from esjax.digits import decimals
 from esjax.files import atomic_write, save_figure
 from esjax.lifecycle import backend_modules
-from esjax.stats import wilson_interval
+from esjax.stats import (
+    Statistic,
+    fraction_at_or_above,
+    interquartile_mean,
+    mean_of_task_means,
+    probability_of_improvement,
+    stratified_bootstrap,
+    wilson_interval,
+)
 from esjax.sweeps import SWEEP, configuration_dir, read_record
 
 REPORT_JSON, REPORT_MD, REPORT_PNG = runs.REPORT_JSON, runs.REPORT_MD, runs.REPORT_PNG
@@ -61,65 +69,21 @@ class Cell:
 
 
 # ---------------------------------------------------------------------------- statistics
-def _rliable() -> tuple[Any, Any]:
-    """rliable's ``library`` and ``metrics``, or one line on what to install."""
-    try:
-        from rliable import library, metrics
-    except ImportError:
-        raise ConfigError('esjax report needs rliable: pip install "esjax[report]"') from None
-    except Exception as err:  # installed, but its dependencies do not fit together
-        raise ConfigError(
-            f"rliable cannot be imported ({type(err).__name__}: {err}); "
-            'pip install -U "esjax[report]"'
-        ) from None
-    return library, metrics
-
-
-@contextlib.contextmanager
-def seeded(seed: int) -> Iterator[np.random.RandomState]:
-    """A ``RandomState(seed)`` for rliable, with NumPy's global generator seeded meanwhile.
-
-    rliable 1.2's stratified bootstraps draw their resampling indices from the global generator
-    (``np.random.choice``), not from the ``random_state`` they are given, so a report is only
-    reproducible with both seeded. The caller's global state is put back afterwards.
-    """
-    saved = np.random.get_state()
-    np.random.seed(seed)
-    try:
-        with warnings.catch_warnings():  # arch 7 warns that random_state will be renamed
-            warnings.simplefilter("ignore", FutureWarning)
-            yield np.random.RandomState(seed)
-    finally:
-        np.random.set_state(saved)
-
-
-def _interval_estimates(
-    scores: np.ndarray | list[np.ndarray], statistic: Callable, reps: int, seed: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``statistic`` (a vector) of ``scores`` and the lower and upper ends of each component's
-    stratified-bootstrap interval (seeds resampled within each task): rliable's percentile
-    method under :func:`seeded`. One call resamples once for every component."""
-    library, _ = _rliable()
-    with seeded(seed) as random_state:
-        points, intervals = library.get_interval_estimates(
-            {"scores": scores},
-            statistic,
-            reps=reps,
-            confidence_interval_size=CONFIDENCE,
-            random_state=random_state,
-        )
-    low, high = np.asarray(intervals["scores"]).reshape(2, -1)
-    return np.asarray(points["scores"]).reshape(-1), low, high
-
-
 def bootstrap(
-    scores: np.ndarray | list[np.ndarray], statistics: dict[str, Callable], reps: int, seed: int
+    scores: np.ndarray | list[np.ndarray], statistics: dict[str, Statistic], reps: int, seed: int
 ) -> dict[str, dict[str, float]]:
     """``{name: {"value", "low", "high"}}`` for each named statistic of ``scores`` (seeds x
-    tasks, or a pair of such for a comparison), all from the same resamples."""
+    tasks, or a pair of such for a comparison), all from the same resamples: a stratified
+    bootstrap's percentile intervals (:func:`esjax.stats.stratified_bootstrap`), drawn from
+    ``numpy.random.default_rng(seed)``. Each statistic takes stacks of resampled matrices."""
     names = list(statistics)
-    value, low, high = _interval_estimates(
-        scores, lambda *x: np.array([statistics[name](*x) for name in names]), reps, seed
+    samples = scores if isinstance(scores, list) else [scores]
+    value, low, high = stratified_bootstrap(
+        samples,
+        lambda *stacks: np.stack([statistics[name](*stacks) for name in names], axis=1),
+        reps,
+        np.random.default_rng(seed),
+        CONFIDENCE,
     )
     return {name: {"value": float(value[i]), "low": float(low[i]), "high": float(high[i])}
             for i, name in enumerate(names)}  # fmt: skip
@@ -127,18 +91,14 @@ def bootstrap(
 
 def aggregate(scores: np.ndarray, reps: int, seed: int) -> dict[str, dict[str, float]]:
     """IQM and mean of a seeds x tasks matrix of normalised scores, with their intervals."""
-    _, metrics = _rliable()
-    return bootstrap(
-        scores, {"iqm": metrics.aggregate_iqm, "mean": metrics.aggregate_mean}, reps, seed
-    )
+    return bootstrap(scores, {"iqm": interquartile_mean, "mean": mean_of_task_means}, reps, seed)
 
 
 def task_iqm(returns: Sequence[float], reps: int, seed: int) -> dict[str, float]:
     """The IQM of one task's per-seed returns with its bootstrap interval (seeds resampled),
     in the task's own units: what a table of one task's seeds reports beside its success rate."""
-    _, metrics = _rliable()
     scores = np.asarray(returns, np.float64)[:, None]
-    return bootstrap(scores, {"iqm": metrics.aggregate_iqm}, reps, seed)["iqm"]
+    return bootstrap(scores, {"iqm": interquartile_mean}, reps, seed)["iqm"]
 
 
 def success(solved: Sequence[bool]) -> dict[str, Any]:
@@ -149,8 +109,7 @@ def success(solved: Sequence[bool]) -> dict[str, Any]:
 
 def improvement(x: np.ndarray, y: np.ndarray, reps: int, seed: int) -> dict[str, float]:
     """P(a seed of X scores above one of Y), averaged over tasks, with its interval."""
-    _, metrics = _rliable()
-    return bootstrap([x, y], {"p": metrics.probability_of_improvement}, reps, seed)["p"]
+    return bootstrap([x, y], {"p": probability_of_improvement}, reps, seed)["p"]
 
 
 def profile(scores: np.ndarray, taus: np.ndarray, reps: int, seed: int) -> dict[str, list]:
@@ -160,8 +119,12 @@ def profile(scores: np.ndarray, taus: np.ndarray, reps: int, seed: int) -> dict[
     ``score_distributions`` counts strictly above): a task whose best return is its
     ``solved_return`` (Catch's 1.0) would show no solved seed at 1 otherwise.
     """
-    fraction, low, high = _interval_estimates(
-        scores, lambda x: np.array([np.mean(x >= tau) for tau in taus]), reps, seed
+    fraction, low, high = stratified_bootstrap(
+        [scores],
+        lambda stack: fraction_at_or_above(stack, taus),
+        reps,
+        np.random.default_rng(seed),
+        CONFIDENCE,
     )
     return {"fraction": fraction.tolist(), "low": low.tolist(), "high": high.tolist()}
 
@@ -452,7 +415,6 @@ def report(
         raise ConfigError(f"reps must be a positive integer, got {reps!r}")
     table = collect(paths)
     floors = task_floors(table)
-    _rliable()  # a missing extra is said before any bootstrap
     notes: list[str] = []
     configurations, matrices = [], {}
     for label, cells in table.items():
@@ -481,8 +443,8 @@ def _method(reps: int, seed: int) -> dict[str, Any]:
         "normalised": "(return - random_return) / (solved_return - random_return)",
         "success_interval": "Wilson score interval (scipy.stats.binomtest)",
         "aggregate_intervals": "stratified bootstrap over seeds within tasks, percentile "
-        "(rliable.library.get_interval_estimates)",
-        "iqm": "rliable.metrics.aggregate_iqm",
+        "(esjax.stats.stratified_bootstrap, NumPy)",
+        "iqm": "mean of the middle half of the scores (scipy.stats.trim_mean, 25 % cut)",
         "task_iqm_interval": "bootstrap over one task's seeds, percentile, in its own units",
         "confidence": CONFIDENCE,
         "reps": reps,
@@ -612,7 +574,8 @@ def markdown(record: dict[str, Any]) -> str:
     lines += [
         "",
         f"Scores: {method['score']}; normalised 0 = a random policy, 1 = solved_return. "
-        f"Intervals: stratified bootstrap (rliable), {method['reps']} resamples, "
+        f"Intervals: percentile stratified bootstrap (seeds resampled within each task; "
+        f"esjax.stats on NumPy), {method['reps']} resamples, "
         f"random state {method['random_state']}.",
     ]
     lines += [f"Note: {note}." for note in record["notes"]]
