@@ -625,8 +625,8 @@ def report(
     Scores are each seed's final policy's test return on fresh episodes (the solved verdict's
     number). Per configuration and task: seeds solved with a Wilson interval, mean and IQM
     return. Per configuration: IQM and mean of returns normalised to 0 = random policy and
-    1 = the task's solved_return, with stratified-bootstrap intervals (rliable: pip install
-    "esjax[report]"); for two configurations, the probability that one beats the other.
+    1 = the task's solved_return, with stratified-bootstrap intervals (seeds resampled within
+    each task); for two configurations, the probability that one beats the other.
     """
     record = _library().report(paths, out_dir, reps=reps, trust_code=trust_code)
     if as_json:
