@@ -3,18 +3,12 @@
 Everything else in esjax sees an env through :func:`make_env` (an env object and its default
 params) and :func:`env_step` (one step that reports ``done`` as termination or truncation).
 
-**The environment protocol.** esjax steps any object shaped like a gymnax env; it needs
-
-- ``reset(key, params) -> (obs, state)``;
-- ``step(key, state, action, params) -> (obs, state, reward, terminated, truncated, info)``
-  (gymnax 1.0). A five-value ``step`` (gymnax 0.x: ``(obs, state, reward, done, info)``) is
-  read as termination only. gymnax's own envs are stepped through ``step_env``, without the
-  auto-reset their ``step`` computes and esjax would throw away;
-- ``action_space(params)``: a space with ``n`` (discrete) or ``low``/``high``/``shape``
-  (continuous), and ``observation_space(params)`` with a ``shape``;
-- ``default_params``: the params every call above takes (a frozen dataclass with
-  ``replace``, so a task's ``env_params`` can pin its fields), or a factory that returns
-  ``(env, default_params)``.
+**The environment protocol** is :class:`Env`, written as a ``typing.Protocol``: an object
+shaped like a gymnax 1.0 env (``reset``, a six-value ``step``, ``action_space``,
+``observation_space``), with its default params beside it. A five-value ``step`` (gymnax 0.x:
+``(obs, state, reward, done, info)``) is read as termination only. gymnax's own envs are
+stepped through ``step_env``, without the auto-reset their ``step`` computes and esjax would
+throw away. :func:`check_env` holds a user's or a suite's env to it at the door.
 
 Observations may have any shape; the rollout flattens them to one float32 vector. An episode
 ends at the env's own termination, or at its truncation, or after the task's
@@ -42,12 +36,13 @@ import inspect
 import sys
 import types
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
 
 from esjax.config import ConfigError, suggest
+from esjax.suite_base import Renderer
 from esjax.suites import SUITES, make_suite_env
 
 
@@ -103,8 +98,76 @@ def _defer(name: str) -> None:
         setattr(sys.modules[parent_name], child, stand_in)
 
 
-# What an env object must have for esjax to step it (see the module's docstring).
-ENV_METHODS = ("reset", "step", "action_space", "observation_space")
+# ---------------------------------------------------------------------------- the protocol
+# Whatever pytree an env carries between steps, and whatever pytree its params are: esjax only
+# hands them back to the env (and vmaps over them), so it asks nothing of their shape.
+EnvState = Any
+EnvParams = Any
+# (obs, state, reward, terminated, truncated, info): gymnax 1.0's step.
+StepResult = tuple[jax.Array, EnvState, jax.Array, jax.Array, jax.Array, dict[str, Any]]
+
+
+class Space(Protocol):
+    """An observation space: esjax reads its ``shape`` (any; the rollout flattens it)."""
+
+    shape: tuple[int, ...]
+
+
+class DiscreteActions(Protocol):
+    """``n`` actions, numbered from 0 (gymnax's ``Discrete``); the policy picks one."""
+
+    n: int
+
+
+class BoxActions(Protocol):
+    """Continuous actions of ``shape`` between ``low`` and ``high`` (gymnax's ``Box``)."""
+
+    low: float | jax.Array
+    high: float | jax.Array
+    shape: tuple[int, ...]
+
+
+class Env(Protocol):
+    """What esjax steps: an env shaped like gymnax 1.0's, every method pure and traceable.
+
+    Its default params come beside it, as a ``default_params`` attribute or as the second of
+    ``(env, default_params)`` from a factory: a frozen dataclass with ``replace``, so a task's
+    ``env_params`` can pin its fields, and with ``max_steps_in_episode`` unless every task
+    sets ``episode_length``. Keys are ``jax.random`` keys; an env whose randomness lives in its
+    state may ignore the step's.
+    """
+
+    def reset(self, key: jax.Array, params: EnvParams) -> tuple[jax.Array, EnvState]:
+        """An episode's first observation and state."""
+        ...
+
+    def step(
+        self, key: jax.Array, state: EnvState, action: jax.Array, params: EnvParams
+    ) -> StepResult:
+        """``(obs, state, reward, terminated, truncated, info)``: termination is the env's own
+        end (a goal, a fall), truncation a time limit; esjax masks every step after either."""
+        ...
+
+    def action_space(self, params: EnvParams) -> DiscreteActions | BoxActions:
+        """What the policy's output becomes: ``n`` actions, or a box of floats."""
+        ...
+
+    def observation_space(self, params: EnvParams) -> Space:
+        """The observation's ``shape``, which sizes the policy."""
+        ...
+
+
+class DrawableEnv(Env, Protocol):
+    """An env that draws its own states (a suite's), which ``esjax render`` uses instead of
+    esjax's scenes; see :mod:`esjax.suite_base` for what the renderer must do."""
+
+    def renderer(self, params: EnvParams) -> Renderer:
+        """Set up once (a compile, an OpenGL check); one line if it cannot draw here."""
+        ...
+
+
+# What an env object must have for esjax to step it, in the protocol's order.
+ENV_METHODS = tuple(name for name in vars(Env) if callable(vars(Env)[name]) and name[0] != "_")
 
 
 def names_code(env: str) -> bool:
@@ -148,7 +211,7 @@ def code_digest(env: Any) -> str | None:
     return digest.hexdigest()
 
 
-def make_env(env: str | Any, env_kwargs: dict | None = None) -> tuple[Any, Any]:
+def make_env(env: str | Env, env_kwargs: dict | None = None) -> tuple[Env, EnvParams]:
     """An env object and its default params from an env name (see above), or an env object.
 
     ``env_kwargs`` go to gymnax's ``make``, a suite's adapter or a user's factory.
@@ -179,11 +242,12 @@ def _gymnax_env(env_id: str, kwargs: dict) -> tuple[Any, Any]:
         raise ConfigError(f"{env_id}: cannot make it with env_kwargs {kwargs}: {error}") from None
 
 
-def check_env(made: Any, name: str) -> tuple[Any, Any]:
-    """``(env, default_params)`` from what a factory returned, checked against the protocol.
+def check_env(made: Any, name: str) -> tuple[Env, EnvParams]:
+    """``(env, default_params)`` from what a factory or an adapter returned, held to :class:`Env`.
 
-    Only attributes are checked: a wrong signature shows up at the first trace, with the
-    env's own traceback, which says more than a guess here would.
+    The methods are checked by name and by the arguments they take, and the spaces by the
+    fields esjax reads, each failure one line naming the env: an env that does not fit
+    otherwise fails deep in a trace. What a method returns is left to the first trace.
     """
     if isinstance(made, tuple) and len(made) == 2:
         env, params = made
@@ -191,17 +255,50 @@ def check_env(made: Any, name: str) -> tuple[Any, Any]:
         env, params = made, getattr(made, "default_params", None)
     kind = type(env).__name__
     for method in ENV_METHODS:
-        if not callable(getattr(env, method, None)):
+        found = getattr(env, method, None)
+        if not callable(found):
             raise ConfigError(
                 f"{name!r} made a {kind} object, not an env esjax can step: it has no "
-                f"{method!r} method (the protocol is in esjax.envs)"
+                f"{method!r} method (the protocol is esjax.envs.Env)"
             )
+        _check_arguments(found, method, f"{name!r}: {kind}")
     if params is None:
         raise ConfigError(
             f"{name!r} made a {kind} object without default_params: give it a default_params "
             "attribute or return (env, default_params) from the factory"
         )
+    _check_spaces(env, params, f"{name!r}: {kind}")
     return env, params
+
+
+def _check_arguments(method: Any, name: str, where: str) -> None:
+    """One line if ``method`` cannot be called with the arguments :class:`Env` passes it."""
+    wanted = list(inspect.signature(getattr(Env, name)).parameters)[1:]  # less ``self``
+    try:
+        inspect.signature(method).bind(*wanted)
+    except TypeError:
+        raise ConfigError(
+            f"{where}.{name} must take ({', '.join(wanted)}) (the protocol is esjax.envs.Env)"
+        ) from None
+    except ValueError:  # no signature to read (a builtin): the first trace will tell
+        pass
+
+
+def _check_spaces(env: Env, params: EnvParams, where: str) -> None:
+    """One line if a space lacks the fields esjax reads of it."""
+    actions = env.action_space(params)
+    if not hasattr(actions, "n") and not all(
+        hasattr(actions, field) for field in ("low", "high", "shape")
+    ):
+        raise ConfigError(
+            f"{where}.action_space gave a {type(actions).__name__}: esjax needs n (discrete) "
+            "or low, high and shape (continuous)"
+        )
+    observations = env.observation_space(params)
+    if not hasattr(observations, "shape"):
+        raise ConfigError(
+            f"{where}.observation_space gave a {type(observations).__name__} without a shape"
+        )
 
 
 # User env files already loaded, by absolute path: loading a file twice would make two

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from esjax.config import ConfigError, RunConfig, parse_task, to_dict
-from esjax.envs import make_env
+from esjax.envs import check_env, make_env
 from esjax.episode import episode_keys, split_step_key, step_keys
 from esjax.evolve import resolve_config
 from esjax.policies import MLP
@@ -102,6 +102,52 @@ def test_an_object_missing_a_method_names_it(tmp_path):
         make_env(f"{path}:make")
     with pytest.raises(ConfigError, match="cannot call it with env_kwargs"):
         make_env(f"{path}:make", {"size": 3})
+
+
+# A working env (the example's PointMass), then one change each, and the line that names it.
+_BROKEN_ENVS = {
+    "step_without_params": (
+        "    def step(self, key, state, action):\n"
+        "        return super().step(key, state, action, None)\n",
+        r"PointMassVariant\.step must take \(key, state, action, params\)",
+    ),
+    "reset_without_key": (
+        "    def reset(self, params):\n        return super().reset(None, params)\n",
+        r"PointMassVariant\.reset must take \(key, params\)",
+    ),
+    "a_space_without_fields": (
+        "    def action_space(self, params):\n        return object()\n",
+        r"PointMassVariant\.action_space gave a object: esjax needs n \(discrete\) or low, high",
+    ),
+    "an_observation_space_without_a_shape": (
+        "    def observation_space(self, params):\n        return 3\n",
+        r"PointMassVariant\.observation_space gave a int without a shape$",
+    ),
+}
+
+
+@pytest.mark.parametrize("change", _BROKEN_ENVS, ids=list(_BROKEN_ENVS))
+def test_an_env_that_does_not_fit_the_protocol_is_one_line_at_the_door(change, tmp_path):
+    method, message = _BROKEN_ENVS[change]
+    path = tmp_path / f"{change}.py"
+    variant = "\n\nclass PointMassVariant(PointMass):\n" + method
+    factory = "\n\ndef make():\n    return PointMassVariant(EnvParams()), EnvParams()\n"
+    path.write_text((REPO / "examples" / "custom_env.py").read_text() + variant + factory)
+    with pytest.raises(ConfigError, match=message) as error:
+        make_env(f"{path}:make")
+    assert "\n" not in str(error.value)
+
+
+def test_the_protocol_is_what_the_door_checks():
+    """ENV_METHODS comes from the Env protocol, and every env esjax ships fits it."""
+    from esjax.envs import ENV_METHODS, Env
+    from esjax.suite_base import StateEnv
+
+    assert ENV_METHODS == ("reset", "step", "action_space", "observation_space")
+    assert all(callable(getattr(Env, method)) for method in ENV_METHODS)
+    env, params = make_env(EXAMPLE)
+    assert check_env((env, params), "example") == (env, params)
+    assert all(callable(getattr(StateEnv, method)) for method in ENV_METHODS)
 
 
 def test_env_kwargs_are_a_validated_table_that_round_trips():
