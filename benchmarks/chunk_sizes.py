@@ -27,8 +27,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from esjax.cache import disable_compilation_cache  # noqa: E402
-from esjax.evolve import build_engine, clear_engine_cache, resolve_config  # noqa: E402
 from esjax.tasks import task_chunk_size  # noqa: E402
+from esjax.training import build_engine, clear_engine_cache, resolve_config  # noqa: E402
 
 
 def measure(args: argparse.Namespace, chunk: int) -> tuple[list[float], np.ndarray]:

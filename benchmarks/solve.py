@@ -30,14 +30,14 @@ import jax.numpy as jnp  # noqa: E402
 from timing import median_time  # noqa: E402
 
 from esjax.engine import phase_functions  # noqa: E402
-from esjax.evolve import (  # noqa: E402
+from esjax.runs import load_metrics  # noqa: E402
+from esjax.saved import evaluate_run  # noqa: E402
+from esjax.training import (  # noqa: E402
     build_engine,
     clear_engine_cache,
     evolve,
     resolve_config,
 )
-from esjax.runs import load_metrics  # noqa: E402
-from esjax.saved import evaluate_run  # noqa: E402
 
 REFERENCE = {"steps_to_-216": 11.6e6, "return_at_25.6M": -150.0}
 # At popsize 2048 the preset's strategy settings stay, but the hidden units are ReLU (as in the

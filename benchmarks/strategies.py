@@ -40,14 +40,14 @@ from timing import median_time  # noqa: E402
 from esjax import algorithms  # noqa: E402
 from esjax.config import ConfigError  # noqa: E402
 from esjax.engine import phase_functions  # noqa: E402
-from esjax.evolve import (  # noqa: E402
+from esjax.runs import load_metrics  # noqa: E402
+from esjax.saved import SavedPolicy, make_test_rollout  # noqa: E402
+from esjax.stats import mean_interval  # noqa: E402
+from esjax.training import (  # noqa: E402
     build_engine,
     clear_engine_cache,
     evolve,
 )
-from esjax.runs import load_metrics  # noqa: E402
-from esjax.saved import SavedPolicy, make_test_rollout  # noqa: E402
-from esjax.stats import mean_interval  # noqa: E402
 
 # Matched budgets: popsize x generations x rollouts x episode length env steps per seed at most.
 # One small policy for both tasks so that the full-matrix algorithms (CMA-ES, xNES, MA-ES,

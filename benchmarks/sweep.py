@@ -34,7 +34,7 @@ def main() -> None:
     import jax.numpy as jnp
     import numpy as np
 
-    from esjax.evolve import _build_engine, resolve_config
+    from esjax.training import _build_engine, resolve_config
 
     config = resolve_config(args.task, overrides=args.overrides)
     engines = {"divided": _build_engine(config)[1]}

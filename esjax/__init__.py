@@ -6,17 +6,15 @@ never need. ``from esjax import evolve, PopulationRollout`` works as if they wer
 """
 
 import importlib
-import sys
-import types
 from typing import Any
 
 from esjax.version import __version__
 
 # Each public name and the module it lives in.
 _HOMES = {
-    "Interrupted": "esjax.evolve",
-    "RunSummary": "esjax.evolve",
-    "evolve": "esjax.evolve",
+    "Interrupted": "esjax.training",
+    "RunSummary": "esjax.training",
+    "evolve": "esjax.training",
     "ObsStats": "esjax.rollout",
     "PopulationRollout": "esjax.rollout",
     "RolloutResult": "esjax.rollout",
@@ -27,7 +25,7 @@ _HOMES = {
     "SavedPolicy": "esjax.saved",
     "evaluate_run": "esjax.saved",
     "load_policy": "esjax.saved",
-    "report": "esjax.report",
+    "report": "esjax.reporting",
 }
 _SUBMODULES = ("policies",)
 
@@ -61,28 +59,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
-
-
-class _Package(types.ModuleType):
-    """esjax's module type: ``esjax.evolve`` and ``esjax.report`` stay the functions after the
-    modules of those names are imported (the import system then sets the package attribute of
-    that name to the module)."""
-
-    @property
-    def evolve(self) -> Any:
-        return importlib.import_module("esjax.evolve").evolve
-
-    @evolve.setter
-    def evolve(self, module: Any) -> None:
-        """The import system naming the submodule here: the function keeps the name."""
-
-    @property
-    def report(self) -> Any:
-        return importlib.import_module("esjax.report").report
-
-    @report.setter
-    def report(self, module: Any) -> None:
-        """As for ``evolve``: the function keeps the name."""
-
-
-sys.modules[__name__].__class__ = _Package

@@ -12,18 +12,18 @@ from esjax.evaluation import (
     policy_record,
     sweep_rows,
 )
-from esjax.evolve import Interrupted, LostProcess, evolve
 from esjax.plotting import plot_runs
 from esjax.preflight import checked_start
 from esjax.presets import describe
 from esjax.programs import compiling_in_background
 from esjax.render import render_run
-from esjax.report import report
+from esjax.reporting import report
 from esjax.runs import FITNESS_FIGURE, read_run_config
 from esjax.strategies import catalogue
 from esjax.suites import suite_rows
 from esjax.sweeps import SweepInterrupted, read_spec, sweep
 from esjax.trackers import metrics_csv, tracking, write_metrics_csv
+from esjax.training import Interrupted, LostProcess, evolve
 from esjax.trust import grant as grant_trust
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Sweeps: the cross product of varied settings x seeds, one run directory per configuration.
 
 ``sweep("pendulum", ["strategy_settings.learning_rate=0.03,0.1,0.3"], seeds=5)`` runs every
-configuration with :func:`esjax.evolve.evolve` (its seeds vmapped in one program) into
+configuration with :func:`esjax.training.evolve` (its seeds vmapped in one program) into
 ``SWEEP/<nn>-<key>=<value>``, a run directory like any other, then tests each configuration's
 final and best policy on fresh episodes and writes ``SWEEP/sweep.json`` and ``SWEEP/sweep.png``.
 Configurations run one after another; a configuration that is already finished is not run
@@ -27,7 +27,6 @@ import numpy as np
 
 from esjax import runs, trust
 from esjax.config import ConfigError, RunConfig, changed_keys, parse_override
-from esjax.evolve import Interrupted, build_engine, check_memory, complete_sizes, resolve_config
 from esjax.files import MIB, read_json
 from esjax.lifecycle import Run, RunInUse, RunLock, StopSignals, backend_modules, remove_written
 from esjax.loop import drive
@@ -35,6 +34,7 @@ from esjax.plotting import Group, plot_grid, plot_groups, plot_runs, solved_retu
 from esjax.presets import load_task
 from esjax.stats import interval_bounds
 from esjax.trackers import RunLogger, check_backends
+from esjax.training import Interrupted, build_engine, check_memory, complete_sizes, resolve_config
 
 SWEEP = "sweep.json"
 # Seconds between checkpoints of a running program (every configuration's, together).
@@ -152,7 +152,7 @@ def sweep(
     """Run every configuration of the sweep and return the ``sweep.json`` record.
 
     ``vary`` holds ``KEY=V1,V2,...`` strings (keys as for ``--set``); the other arguments are
-    shared by every configuration as in :func:`esjax.evolve.evolve`. ``on_configuration`` is
+    shared by every configuration as in :func:`esjax.training.evolve`. ``on_configuration`` is
     called with ``(configuration, index, count)`` before each one runs; ``log`` names trackers.
     With ``resume=True`` the sweep in ``out`` continues from its own ``sweep.json``; code its
     task names is imported only if this user made the sweep, or with ``trust_code``

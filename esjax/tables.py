@@ -2,7 +2,7 @@
 
 Each function prints one record (a run's summary, a test, a grid, a sweep, the catalogue) on
 a :class:`rich.console.Console`, so a notebook can show a record the way ``esjax`` does. The
-records themselves come from :mod:`esjax.evaluation`, :mod:`esjax.evolve` and
+records themselves come from :mod:`esjax.evaluation`, :mod:`esjax.training` and
 :mod:`esjax.sweeps`; nothing here computes a number. Nothing here imports JAX.
 """
 
@@ -27,7 +27,7 @@ def show_evolve_summary(
 ) -> None:
     """A finished run: its summary table, the verdict its summary.json holds, what to run next.
 
-    ``summary`` is :class:`esjax.evolve.RunSummary`; ``first_report_s`` is the time from
+    ``summary`` is :class:`esjax.training.RunSummary`; ``first_report_s`` is the time from
     process start to the first generation block (:class:`esjax.progress.ProgressReport`).
     """
     run_dir, judged = Path(summary.run_dir), summary.verdict
@@ -239,7 +239,7 @@ def _show_suites(console: Console, suites: Iterable[tuple[str, str, str, bool, s
 
 
 def show_report(console: Console, record: dict[str, Any]) -> None:
-    """:func:`esjax.report.report`: per task, then per configuration, then what was written."""
+    """:func:`esjax.reporting.report`: per task, then per configuration, then what was written."""
 
     def bounds(low: float, high: float, digits: int = 2) -> str:
         return f"[{number(low, digits)}, {number(high, digits)}]"

@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 from esjax.baselines import reference_returns
-from esjax.evolve import evolve
 from esjax.meta import mean_ci, normalised, seed_means
+from esjax.training import evolve
 
 REPO = Path(__file__).resolve().parents[1]
 MLP = ["policy.kind=mlp", "policy.hidden=[64, 64]", "policy.meta_inputs=[]"]  # ~4.5k params

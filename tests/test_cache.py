@@ -28,7 +28,7 @@ RUN_ONCE = textwrap.dedent(
     import jax
     import numpy as np
     from esjax import cache
-    from esjax.evolve import evolve
+    from esjax.training import evolve
     from esjax.runs import read_policy
 
     events = {"hits": 0, "misses": 0}

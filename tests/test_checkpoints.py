@@ -22,8 +22,8 @@ from test_cli import esjax
 from esjax import runs
 from esjax.config import ConfigError
 from esjax.engine import from_host, to_host
-from esjax.evolve import build_engine, evolve
 from esjax.lifecycle import HOST_ARRAYS, migrate_checkpoint
+from esjax.training import build_engine, evolve
 
 DATA = Path(__file__).parent / "data"
 RECORD = json.loads((DATA / "run-v1-continued.json").read_text())

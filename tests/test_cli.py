@@ -289,7 +289,7 @@ def test_the_command_line_and_the_specs_import_without_jax(tmp_path):
         "import sys\nimport esjax, esjax.cli, esjax.config, esjax.presets\n"
         "print(sorted({'jax', 'flax', 'evosax', 'gymnax'} & set(sys.modules)))\n"
         "from esjax import evolve, sweep, PopulationRollout, SavedPolicy, policies\n"
-        "import esjax.evolve\n"
+        "import esjax.training\n"
         "print(callable(esjax.evolve), evolve is esjax.evolve, 'sweep' in dir(esjax))\n"
     )
     result = subprocess.run(

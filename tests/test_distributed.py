@@ -180,7 +180,7 @@ WORKER = """
         distributed.initialize("127.0.0.1:{port}", {processes}, int(sys.argv[1]))
     import jax
     assert len(jax.devices()) == 2, jax.devices()
-    from esjax.evolve import evolve
+    from esjax.training import evolve
     summary = evolve("pendulum", popsize=6, generations=3, out=r"{out}", overrides={small})
     print("RESULT", jax.process_index(), summary.final_eval_return)
 """

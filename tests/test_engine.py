@@ -237,7 +237,7 @@ def test_two_cpu_devices_with_seeds(tmp_path):
         esjax.use_cpu_cores(2)
         import jax, jax.numpy as jnp, numpy as np
         assert len(jax.devices()) == 2
-        from esjax.evolve import evolve
+        from esjax.training import evolve
         from esjax.runs import load_metrics
         common = dict(popsize={POP}, seeds=2, overrides=[
             "episode_length={STEPS}", "policy.hidden=[8]", "evaluation.every=2",
@@ -250,7 +250,7 @@ def test_two_cpu_devices_with_seeds(tmp_path):
         assert strip(ra) == strip(rb), (ra, rb)
         assert {{r["seed"] for r in ra}} == {{0, 1}}
         assert a.final_eval_return == b.final_eval_return
-        from esjax.evolve import build_engine, _ENGINES
+        from esjax.training import build_engine, _ENGINES
         (task, engine), = {{id(v): v for v in _ENGINES.values()}}.values()
         assert engine.run_block._cache_size() == 1, engine.run_block._cache_size()
         print("ok")
@@ -337,8 +337,8 @@ def test_a_reward_shift_lowers_each_training_return_by_its_episode_length():
 def test_a_reward_shift_trains_on_shifted_returns_and_evaluates_on_the_envs(tmp_path):
     """The first generation's members are the same with or without the shift: its fitness is
     the plain one less the mean episode length; test returns stay in the env's own units."""
-    from esjax.evolve import evolve
     from esjax.runs import load_metrics
+    from esjax.training import evolve
 
     overrides = ["evaluation.every=1", "evaluation.episodes=8", "policy.hidden=[8]"]
     plain = evolve("cartpole", popsize=POP, generations=2, out=tmp_path / "plain",

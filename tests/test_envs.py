@@ -21,12 +21,12 @@ import pytest
 from esjax.config import ConfigError, RunConfig, parse_task, to_dict
 from esjax.envs import check_env, make_env
 from esjax.episode import episode_keys, split_step_key, step_keys
-from esjax.evolve import resolve_config
 from esjax.policies import MLP
 from esjax.presets import load_task
 from esjax.rollout import PopulationRollout
 from esjax.suites import SUITES, is_installed
 from esjax.tasks import check_task
+from esjax.training import resolve_config
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = f"{REPO}/examples/custom_env.py:make_env"

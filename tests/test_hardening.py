@@ -30,7 +30,7 @@ from test_cli import cli_env, esjax_command
 
 from esjax import runs
 from esjax.config import ConfigError, parse_task, to_dict
-from esjax.evolve import evolve
+from esjax.training import evolve
 
 SMALL = ["episode_length=16", "policy.hidden=[8]", "evaluation.every=4", "evaluation.episodes=4"]
 RUN = dict(popsize=8, overrides=SMALL)
@@ -213,7 +213,7 @@ DRIVER = textwrap.dedent(
     import os, sys, time
     from pathlib import Path
     from esjax import runs
-    from esjax.evolve import evolve
+    from esjax.training import evolve
 
     out, total, stall = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     real_replace = os.replace
@@ -314,7 +314,7 @@ def test_read_only_output_fails_before_compiling(tmp_path):
     code = textwrap.dedent(
         """
         import errno, sys, tempfile
-        import esjax.evolve
+        import esjax.training
 
         def refuse(*args, **kwargs):
             raise OSError(errno.EROFS, "Read-only file system")
@@ -323,7 +323,7 @@ def test_read_only_output_fails_before_compiling(tmp_path):
             raise AssertionError("compiled before checking the output directory")
 
         tempfile.mkstemp = refuse
-        esjax.evolve.build_engine = no_compiling
+        esjax.training.build_engine = no_compiling
         from esjax.cli import main
         sys.argv = ["esjax", *sys.argv[1:]]
         main()

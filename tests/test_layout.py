@@ -28,8 +28,8 @@ LAYERS = {
         "memory", "cache", "programs", "preflight",
     ],
     "host": [
-        "runs", "trust", "lifecycle", "loop", "evolve", "saved", "sweeps", "meta", "plotting",
-        "render", "trackers", "evaluation", "report",
+        "runs", "trust", "lifecycle", "loop", "training", "saved", "sweeps", "meta", "plotting",
+        "render", "trackers", "evaluation", "reporting",
     ],
     "interface": [
         "progress", "terminal", "tables", "commands", "launch", "cli", "__main__", "__init__",
@@ -110,7 +110,7 @@ def test_importing_esjax_leaves_the_jax_backend_to_esjax_distributed():
     """``import esjax`` and its host modules start no JAX backend (evosax would, on import), so
     ``use_cpu_cores`` and ``jax.distributed.initialize`` still work after it."""
     code = (
-        "import esjax, esjax.evolve, esjax.sweeps, esjax.lifecycle, esjax.loop\n"
+        "import esjax, esjax.training, esjax.sweeps, esjax.lifecycle, esjax.loop\n"
         "from jax._src import xla_bridge\n"
         "assert not xla_bridge._backends, 'a JAX backend started on import'\n"
         "assert 'evosax' not in sys.modules\n"

@@ -13,7 +13,7 @@ import math
 import pytest
 
 from esjax.config import ConfigError
-from esjax.evolve import resolve_config
+from esjax.training import resolve_config
 
 # pendulum.toml: 150 generations, lr_decay 0.985, tuned at open_es's 256 members, e = 0.75,
 # at least 50 generations, open_es's learning rate 0.1 scaled by (P / 256) ** -0.25.

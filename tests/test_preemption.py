@@ -25,7 +25,7 @@ from test_hardening import RUN, SMALL, TOTAL, assert_same_result
 
 from esjax import runs
 from esjax.config import ConfigError
-from esjax.evolve import Interrupted, evolve
+from esjax.training import Interrupted, evolve
 
 CLI_SMALL = ["--popsize", "8", *(x for o in SMALL for x in ("--set", o))]
 
@@ -60,7 +60,7 @@ def reference(tmp_path_factory):
 DRIVER = textwrap.dedent(
     """
     import os, sys, time
-    from esjax.evolve import Interrupted, evolve
+    from esjax.training import Interrupted, evolve
 
     out, total, every_s, nap = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 
@@ -159,7 +159,7 @@ def test_a_second_signal_while_checkpointing_corrupts_nothing(reference, tmp_pat
         """
         import os, signal, sys, time
         from esjax import runs
-        from esjax.evolve import Interrupted, evolve
+        from esjax.training import Interrupted, evolve
 
         real_write = runs.atomic_write
 
@@ -229,7 +229,7 @@ def test_a_stop_while_the_evaluation_compiles_does_not_wait_for_it(tmp_path, mon
 
     from esjax import loop
 
-    evolve_module = importlib.import_module("esjax.evolve")  # esjax.evolve is the function
+    evolve_module = importlib.import_module("esjax.training")
     real_build = evolve_module.build_engine
     calls = {"evaluate": 0}
 
@@ -454,7 +454,7 @@ def test_nonfinite_settings_are_refused_before_compiling(tmp_path, case, monkeyp
     def no_building(config):
         raise AssertionError("built an engine for a non-finite setting")
 
-    monkeypatch.setattr(sys.modules["esjax.evolve"], "build_engine", no_building)
+    monkeypatch.setattr(sys.modules["esjax.training"], "build_engine", no_building)
     with pytest.raises(ConfigError, match="must be a finite number") as err:
         evolve("pendulum", out=tmp_path / "run", **{**RUN, "overrides": [*SMALL, *NONFINITE[case]]})
     assert "\n" not in str(err.value)

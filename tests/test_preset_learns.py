@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from esjax import evaluate_run
-from esjax.evolve import evolve
+from esjax import evaluate_run, evolve
 from esjax.runs import load_metrics
 
 TASK = "cartpole"

@@ -200,8 +200,8 @@ TINY = ("episode_length=12", "evaluation.every=2", "evaluation.episodes=2")
 def test_every_task_preset_compiles_and_runs_two_generations(name, tmp_path):
     import numpy as np
 
-    from esjax.evolve import evolve
     from esjax.runs import load_metrics
+    from esjax.training import evolve
 
     summary = evolve(
         name, popsize=8, rollouts=2, generations=2, out=tmp_path / name, overrides=TINY

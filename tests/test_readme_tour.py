@@ -37,9 +37,8 @@ TINY_TASK = {
     "evaluation.episodes": "2",
     "test_episodes": "2",
 }
-# The package each optional extra a command needs provides (the subcommand, or a --log value).
+# The package each optional extra a command needs provides (a --log value).
 EXTRA_MODULES = {
-    "report": "rliable",
     "tensorboard": "tensorboard",
     "wandb": "wandb",
     "mlflow": "mlflow",
@@ -168,8 +167,7 @@ PREPARED: dict[str, Callable[[Path], None]] = {
 
 def missing_extra(args: list[str]) -> str | None:
     """The package of an optional extra the command needs and this environment lacks."""
-    needs = [args[0]] + [args[i + 1] for i, word in enumerate(args[:-1]) if word == "--log"]
-    for need in needs:
+    for need in [args[i + 1] for i, word in enumerate(args[:-1]) if word == "--log"]:
         module = EXTRA_MODULES.get(need)
         if module is not None and importlib.util.find_spec(module) is None:
             return module

@@ -26,11 +26,10 @@ import pytest
 
 from esjax import runs, stats
 from esjax.config import ConfigError
-from esjax.evolve import resolve_config
 from esjax.saved import Verdict
+from esjax.training import resolve_config
 
-# ``esjax.report`` the module (the package's ``report`` attribute is the function).
-report_module = importlib.import_module("esjax.report")
+report_module = importlib.import_module("esjax.reporting")
 report = report_module.report
 
 # arch 7 (under rliable, the oracle) warns that the random_state argument will be renamed.
@@ -381,7 +380,7 @@ def test_small_returns_keep_three_figures_in_the_markdown_and_the_table(tmp_path
 
 
 def test_a_sweep_gives_one_configuration_per_entry_and_same_seeds_pool(tmp_path):
-    from esjax.report import collect
+    from esjax.reporting import collect
 
     sweep = tmp_path / "sweep"
     entries = []
@@ -466,8 +465,8 @@ def test_a_real_run_without_recorded_returns_or_floor_is_tested_and_measured(tmp
     :func:`esjax.saved.evaluate_run` gives) and measures the floor with the random baseline on
     the run's test episodes, as many as the task's ``test_episodes`` (37 here, not the default
     128, whose floor is another number)."""
-    from esjax.evolve import evolve
     from esjax.saved import baseline_returns, evaluate_run
+    from esjax.training import evolve
 
     task = tmp_path / "cart.toml"
     task.write_text(
@@ -512,7 +511,7 @@ def test_the_profile_counts_scores_at_or_above_each_threshold(tmp_path):
     floor = record["tasks"]["catch"]["random_return"]
     scores = np.asarray(normalised_by_hand(returns, floor, 1.0))
     assert record["configurations"][0]["tasks"]["catch"]["success_rate"] == 0.75
-    from esjax.report import profile
+    from esjax.reporting import profile
 
     at = profile(scores[:, None], np.array([0.0, 1.0, 1.01]), reps=50, seed=0)["fraction"]
     assert at == pytest.approx([1.0, 0.75, 0.0])  # strictly above 1 (rliable's rule): 0.0
@@ -521,7 +520,7 @@ def test_the_profile_counts_scores_at_or_above_each_threshold(tmp_path):
 def test_runs_that_would_mix_silently_are_refused(tmp_path):
     """Pooled seeds of another length, two directories named alike on other tasks, and a
     sweep that has not finished (sweep.json lists no configurations yet)."""
-    from esjax.report import collect
+    from esjax.reporting import collect
 
     make_run(tmp_path / "short", "cartpole", A_CART[:4], generations=10)
     make_run(tmp_path / "long", "cartpole", A_CART[4:8], seed=4, generations=1000)
@@ -540,7 +539,7 @@ def test_runs_that_would_mix_silently_are_refused(tmp_path):
 
 
 def test_a_damaged_summary_is_one_line(tmp_path):
-    from esjax.report import collect
+    from esjax.reporting import collect
 
     run = make_run(tmp_path / "run", "cartpole", A_CART[:2])
     for summary, message in [

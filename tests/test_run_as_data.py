@@ -24,7 +24,7 @@ from flax import serialization
 
 from esjax import runs, trust
 from esjax.config import ConfigError
-from esjax.evolve import evolve
+from esjax.training import evolve
 
 SMALL = ["episode_length=32", "evaluation.every=1", "evaluation.episodes=2", "test_episodes=4"]
 

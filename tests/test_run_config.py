@@ -17,7 +17,7 @@ import pytest
 
 from esjax import presets, runs
 from esjax.config import LOOP_SETTINGS, ConfigError, LoopSettings, RunConfig
-from esjax.evolve import evolve, resolve_config
+from esjax.training import evolve, resolve_config
 
 DATA = Path(__file__).parent / "data"
 TINY = ["episode_length=30", "evaluation.every=1", "evaluation.episodes=4"]

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from test_run_as_data import SMALL, cli
 
 from esjax import runs, trust
-from esjax.evolve import evolve
+from esjax.training import evolve
 
 JSON_FILES = (runs.CONFIG, runs.SUMMARY, runs.TARGET)
 BINARY_FILES = ("final_policy.msgpack", "best_policy.msgpack", runs.CHECKPOINT, runs.LOCK)

@@ -11,9 +11,9 @@ import pytest
 
 from esjax import runs
 from esjax.config import ConfigError
-from esjax.evolve import Interrupted, RunSummary, evolve
 from esjax.runs import load_metrics, read_run_config
 from esjax.saved import evaluate_run, load_policy
+from esjax.training import Interrupted, RunSummary, evolve
 
 SMALL = [
     "episode_length=16",

@@ -133,7 +133,7 @@ def test_popsize_rules():
 
 
 def test_rollouts_multiplier_scales_the_tasks_episodes_unless_rollouts_are_given():
-    from esjax.evolve import resolve_config
+    from esjax.training import resolve_config
 
     multiplier = load_strategy("cma_es").loop.rollouts_multiplier
     assert multiplier > 1  # the preset asks for quieter returns than one episode gives
@@ -151,7 +151,7 @@ def test_rollouts_multiplier_scales_the_tasks_episodes_unless_rollouts_are_given
 
 def test_a_config_written_before_rollouts_multiplier_still_resumes():
     from esjax.config import RunConfig
-    from esjax.evolve import _strategy_spec, resolve_config
+    from esjax.training import _strategy_spec, resolve_config
 
     data = resolve_config("pendulum", strategy="cma_es").to_json()
     loop = data.pop("loop")  # before the loop table, the strategy's settings held it ...
@@ -554,7 +554,7 @@ def test_cli_list_marks_tuned_presets_and_shows_every_algorithm(tmp_path):
 @pytest.mark.parametrize("name", ["DifferentialEvolution", "xNES"])
 def test_a_discovered_algorithm_resumes_bit_identically(name, tmp_path):
     from esjax import runs
-    from esjax.evolve import evolve
+    from esjax.training import evolve
 
     small = [
         "episode_length=16",
@@ -592,7 +592,7 @@ def test_worst_episodes_averages_each_members_lowest_returns(fraction):
 def test_worst_episodes_reaches_the_strategy_through_the_rollout_summary():
     """The summary a generation ranks against every member's episodes from the same keys,
     reduced here in numpy."""
-    from esjax.evolve import build_engine, resolve_config
+    from esjax.training import build_engine, resolve_config
 
     config = resolve_config(
         "pendulum-sign",
@@ -685,7 +685,7 @@ def test_a_stored_run_keeps_its_settings_that_new_runs_refuse():
     refused."""
     import dataclasses as dc
 
-    from esjax.evolve import _strategy_spec, resolve_config
+    from esjax.training import _strategy_spec, resolve_config
 
     old = {"learning_rate": 0.0, "lr_min": -1.0, "std_init": 0.05}
     with pytest.raises(ConfigError, match="learning_rate must be a number above 0"):

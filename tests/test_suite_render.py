@@ -26,10 +26,10 @@ import pytest
 from esjax import runs
 from esjax.config import ConfigError
 from esjax.episode import episode_keys
-from esjax.evolve import resolve_config
 from esjax.render import play_episode
 from esjax.saved import SavedPolicy
 from esjax.suite_base import check_mujoco_gl, default_mujoco_gl, policy_observation
+from esjax.training import resolve_config
 
 REPO = Path(__file__).resolve().parents[1]
 # Too few for any of these envs to end the episode: navix's and xminigrid's goals are 5 and 11

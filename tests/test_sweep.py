@@ -16,7 +16,7 @@ from test_cli import SMALL, assert_clean_error, esjax
 
 from esjax import sweeps
 from esjax.config import ConfigError
-from esjax.evolve import evolve
+from esjax.training import evolve
 
 TINY = {
     "popsize": 8,
@@ -187,7 +187,7 @@ def test_a_configuration_extended_and_killed_is_not_taken_as_finished(tmp_path):
 
 
 def test_numeric_settings_share_a_program_and_shapes_do_not():
-    from esjax.evolve import resolve_config
+    from esjax.training import resolve_config
 
     grid = sweeps.configurations(
         [
@@ -213,7 +213,7 @@ def test_settings_the_engine_reads_when_built_get_programs_of_their_own():
     """``worst_episodes`` is a float every strategy takes, and tracing it through ask and tell
     works (they never read it), but the rollout reads it once, when the engine is built. Were it
     traced, both configurations would run one program with the first one's value."""
-    from esjax.evolve import resolve_config
+    from esjax.training import resolve_config
 
     grid = sweeps.configurations(["strategy_settings.worst_episodes=1.0,0.5"])
     resolved = [
@@ -233,7 +233,7 @@ SAMPLER = ["env_sampler.m.dist=uniform", "env_sampler.m.low=1.0", "env_sampler.m
 
 
 def test_env_sampler_bounds_share_a_program_and_its_kind_does_not():
-    from esjax.evolve import resolve_config
+    from esjax.training import resolve_config
 
     def found(vary):
         grid = sweeps.configurations(vary)
@@ -253,7 +253,7 @@ def test_env_sampler_bounds_share_a_program_and_its_kind_does_not():
 
 def test_env_sampler_bound_sweep_equals_each_run_alone(tmp_path, monkeypatch):
     from esjax import rollout
-    from esjax.evolve import evolve
+    from esjax.training import evolve
 
     # Chunks of a few members, so the sweep's 4 stacked runs (2 bounds x 2 seeds) step
     # through the population in smaller chunks than a run alone does: results must not care.

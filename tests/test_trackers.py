@@ -256,7 +256,7 @@ def test_wandb_online_without_a_login_is_a_one_line_error(tmp_path, monkeypatch)
 
 def test_no_tracker_is_imported_unless_asked_for(tmp_path):
     code = (
-        "import sys\nimport esjax.cli, esjax.evolve, esjax.sweeps, esjax.trackers\n"
+        "import sys\nimport esjax.cli, esjax.training, esjax.sweeps, esjax.trackers\n"
         "print(sorted({'tensorboard', 'wandb', 'mlflow'} & set(sys.modules)))\n"
     )
     result = subprocess.run(

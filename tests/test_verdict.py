@@ -16,9 +16,9 @@ import pytest
 from test_cli import esjax
 
 from esjax import programs, saved
-from esjax.evolve import evolve
 from esjax.saved import evaluate_run
 from esjax.sweeps import sweep
+from esjax.training import evolve
 
 TINY = ["episode_length=40", "evaluation.every=1", "evaluation.episodes=4"]
 RUN = {"popsize": 8, "generations": 3, "rollouts": 1}

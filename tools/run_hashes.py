@@ -20,8 +20,8 @@ import json
 import tempfile
 from pathlib import Path
 
-from esjax.evolve import evolve
 from esjax.runs import load_metrics, read_policy
+from esjax.training import evolve
 
 SHORT = ["evaluation.every=2", "evaluation.episodes=4"]
 RUNS = {
