@@ -24,8 +24,9 @@ whatever the env returns there (an auto-reset, NaN rewards) never counts. A task
   ``(env, default_params)``. A module is imported as Python would, then from the working
   directory; a relative file path is read beside the task file, else from the working
   directory;
-- ``"SUITE:NAME"`` for an adapted suite of :mod:`esjax.suites` (``"navix:Navix-Empty-5x5-v0"``),
-  imported only when named.
+- ``"SUITE:NAME"`` for a suite registered in :mod:`esjax.suites`
+  (``"navix:Navix-Empty-5x5-v0"``), imported only when named; its adapter module is a
+  :class:`SuiteAdapter`.
 """
 
 from __future__ import annotations
@@ -41,9 +42,10 @@ from typing import Any, Protocol
 import jax
 import jax.numpy as jnp
 
+from esjax import suites
 from esjax.config import ConfigError, suggest
 from esjax.suite_base import Renderer
-from esjax.suites import SUITES, make_suite_env
+from esjax.suites import Suite
 
 
 class _DeferredModule(types.ModuleType):
@@ -130,12 +132,15 @@ class BoxActions(Protocol):
 class Env(Protocol):
     """What esjax steps: an env shaped like gymnax 1.0's, every method pure and traceable.
 
-    Its default params come beside it, as a ``default_params`` attribute or as the second of
-    ``(env, default_params)`` from a factory: a frozen dataclass with ``replace``, so a task's
-    ``env_params`` can pin its fields, and with ``max_steps_in_episode`` unless every task
-    sets ``episode_length``. Keys are ``jax.random`` keys; an env whose randomness lives in its
-    state may ignore the step's.
+    ``default_params`` is what every method takes unless a task says otherwise: a frozen
+    dataclass with ``replace``, so a task's ``env_params`` can pin its fields, and with
+    ``max_steps_in_episode`` unless every task sets ``episode_length``. esjax makes an env once
+    and hands the object on, so the attribute is needed even where a factory returns
+    ``(env, params)`` (those params are the task's defaults). Keys are ``jax.random`` keys; an
+    env whose randomness lives in its state may ignore the step's.
     """
+
+    default_params: EnvParams
 
     def reset(self, key: jax.Array, params: EnvParams) -> tuple[jax.Array, EnvState]:
         """An episode's first observation and state."""
@@ -166,6 +171,24 @@ class DrawableEnv(Env, Protocol):
         ...
 
 
+class SuiteAdapter(Protocol):
+    """A module that adapts a suite (``esjax.suite_navix``), listed in
+    :data:`esjax.suites.SUITE_MODULES`.
+
+    It imports its suite's package only inside ``make``, so that esjax, and ``esjax list``,
+    load without the suite; an env it draws itself is a :class:`DrawableEnv`.
+    """
+
+    SUITE: Suite
+    """Its name, the package it needs, the extra's requirement, an example env, a line on it."""
+
+    def make(self, name: str, kwargs: dict[str, Any]) -> tuple[Env, EnvParams]:
+        """The env ``NAME`` of ``SUITE:NAME`` made with a task's ``env_kwargs``, adapted to
+        :class:`Env`, and its default params; a name or option the suite lacks is one
+        :class:`~esjax.config.ConfigError` line naming the valid ones."""
+        ...
+
+
 # What an env object must have for esjax to step it, in the protocol's order.
 ENV_METHODS = tuple(name for name in vars(Env) if callable(vars(Env)[name]) and name[0] != "_")
 
@@ -174,7 +197,7 @@ def names_code(env: str) -> bool:
     """Whether env name ``env`` is code (``module:factory``, ``file.py:factory``) rather than
     data (a gymnax id, ``SUITE:NAME``): making it would import a module or run a file."""
     source, colon, _ = env.rpartition(":")
-    return bool(colon) and source not in SUITES
+    return bool(colon) and source not in suites.registered()
 
 
 # What :func:`code_digest` says of code it cannot read (a notebook's or ``python -c``'s
@@ -222,8 +245,8 @@ def make_env(env: str | Env, env_kwargs: dict | None = None) -> tuple[Env, EnvPa
     if ":" not in env:
         return _gymnax_env(env, kwargs)
     source, _, name = env.rpartition(":")
-    if source in SUITES:
-        made = make_suite_env(source, name, kwargs)
+    if source in suites.registered():
+        made = _suite_env(source, name, kwargs)
     else:
         made = _call_factory(_load_factory(source, name, env), kwargs, env)
     return check_env(made, env)
@@ -242,12 +265,26 @@ def _gymnax_env(env_id: str, kwargs: dict) -> tuple[Any, Any]:
         raise ConfigError(f"{env_id}: cannot make it with env_kwargs {kwargs}: {error}") from None
 
 
+def _suite_env(suite_name: str, env_name: str, kwargs: dict[str, Any]) -> tuple[Env, EnvParams]:
+    """What suite ``suite_name``'s adapter makes of ``env_name``, or one line on what to install."""
+    suite = suites.registered()[suite_name]
+    if not suite.installed():
+        raise ConfigError(
+            f"{suite_name}:{env_name}: the {suite_name} suite is not installed; "
+            f"{suite.install_hint}"
+        )
+    adapter: SuiteAdapter = suites.adapter(suite_name)
+    _check_arguments(adapter.make, "make", adapter.__name__, SuiteAdapter)
+    return adapter.make(env_name, kwargs)
+
+
 def check_env(made: Any, name: str) -> tuple[Env, EnvParams]:
     """``(env, default_params)`` from what a factory or an adapter returned, held to :class:`Env`.
 
-    The methods are checked by name and by the arguments they take, and the spaces by the
-    fields esjax reads, each failure one line naming the env: an env that does not fit
-    otherwise fails deep in a trace. What a method returns is left to the first trace.
+    The methods are checked by name and by the arguments they take, ``default_params`` by
+    name, and the spaces by the fields esjax reads, each failure one line naming the env: an
+    env that does not fit otherwise fails deep in a trace. What a method returns is left to
+    the first trace.
     """
     if isinstance(made, tuple) and len(made) == 2:
         env, params = made
@@ -262,6 +299,11 @@ def check_env(made: Any, name: str) -> tuple[Env, EnvParams]:
                 f"{method!r} method (the protocol is esjax.envs.Env)"
             )
         _check_arguments(found, method, f"{name!r}: {kind}")
+    if not hasattr(env, "default_params"):
+        raise ConfigError(
+            f"{name!r} made a {kind} object without a default_params attribute, which esjax "
+            "reads when it hands the env on (the protocol is esjax.envs.Env)"
+        )
     if params is None:
         raise ConfigError(
             f"{name!r} made a {kind} object without default_params: give it a default_params "
@@ -271,14 +313,15 @@ def check_env(made: Any, name: str) -> tuple[Env, EnvParams]:
     return env, params
 
 
-def _check_arguments(method: Any, name: str, where: str) -> None:
-    """One line if ``method`` cannot be called with the arguments :class:`Env` passes it."""
-    wanted = list(inspect.signature(getattr(Env, name)).parameters)[1:]  # less ``self``
+def _check_arguments(method: Any, name: str, where: str, protocol: type = Env) -> None:
+    """One line if ``method`` cannot be called with the arguments ``protocol`` passes it."""
+    wanted = list(inspect.signature(getattr(protocol, name)).parameters)[1:]  # less ``self``
     try:
         inspect.signature(method).bind(*wanted)
     except TypeError:
         raise ConfigError(
-            f"{where}.{name} must take ({', '.join(wanted)}) (the protocol is esjax.envs.Env)"
+            f"{where}.{name} must take ({', '.join(wanted)}) "
+            f"(the protocol is esjax.envs.{protocol.__name__})"
         ) from None
     except ValueError:  # no signature to read (a builtin): the first trace will tell
         pass
@@ -316,7 +359,8 @@ def _load_factory(source: str, attribute: str, name: str) -> Any:
         try:
             module = _import_module(source)
         except ModuleNotFoundError as error:
-            hint = suggest(source, list(SUITES)) or f"; adapted suites: {', '.join(SUITES)}"
+            known = list(suites.registered())
+            hint = suggest(source, known) or f"; adapted suites: {', '.join(known)}"
             raise ConfigError(f"{name!r}: no module named {error.name!r}{hint}") from None
     found: Any = module
     for part in attribute.split("."):

@@ -1,7 +1,8 @@
 """What every suite adapter shares: the spaces it reports, its params, what its policy sees.
 
-A module of its own, below :mod:`esjax.suites` and the ``esjax.suite_*`` adapters: the registry
-imports each adapter module, and the adapters need these, so they cannot live in the registry.
+A module of its own, below the ``esjax.suite_*`` adapters, which the registry
+(:mod:`esjax.suites`) lists; what an adapter module must provide is
+:class:`esjax.envs.SuiteAdapter`, and the env it makes is an :class:`esjax.envs.Env`.
 
 **Drawing.** An adapter whose suite can draw a state has ``renderer(params)``: it returns a
 :data:`Renderer`, from a sequence of the adapter's states (the suite's own) to one ``(H, W, 3)``

@@ -26,7 +26,16 @@ import warnings
 from typing import Any
 
 from esjax.config import ConfigError, suggest
-from esjax.suite_base import StateEnv, import_mujoco_suite
+from esjax.suite_base import StateEnv, SuiteParams, import_mujoco_suite
+from esjax.suites import Suite
+
+SUITE = Suite(
+    name="brax",
+    package="brax",
+    requirement="brax>=0.14",
+    example="brax:hopper",
+    description="Brax locomotion: hopper, ant, halfcheetah, ... (continuous actions)",
+)
 
 BACKENDS = ("generalized", "spring", "positional", "mjx")
 # Brax's trainers' default episode length; Brax's envs have no limit of their own.
@@ -36,7 +45,7 @@ EPISODE_LENGTH = 1000
 UNMAINTAINED_WARNING = "Brax System, piplines and environments are not actively"
 
 
-def make_brax(name: str, kwargs: dict[str, Any]) -> tuple[Any, Any]:
+def make(name: str, kwargs: dict[str, Any]) -> tuple[StateEnv, SuiteParams]:
     """``brax:NAME``: ``brax.envs.get_environment(NAME, **env_kwargs)``, adapted."""
     # The optional suite, imported only when a task names it.
     envs = import_mujoco_suite("brax.envs", f"brax:{name}")

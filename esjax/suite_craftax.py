@@ -37,6 +37,15 @@ from esjax.suite_base import (
     policy_observation,
     replace_fields,
 )
+from esjax.suites import Suite
+
+SUITE = Suite(
+    name="craftax",
+    package="craftax",
+    requirement="craftax>=1.6",
+    example="craftax:Craftax-Classic-Symbolic-v1",
+    description="Craftax: an open-ended Minecraft-like survival game in JAX (discrete actions)",
+)
 
 NAMES = (
     "Craftax-Classic-Symbolic-v1",
@@ -90,7 +99,7 @@ class CraftaxEnv:
         return each(lambda state: np.clip(np.rint(np.asarray(pixels(state))), 0, 255))
 
 
-def make_craftax(name: str, kwargs: dict[str, Any]) -> tuple[CraftaxEnv, WrappedParams]:
+def make(name: str, kwargs: dict[str, Any]) -> tuple[CraftaxEnv, WrappedParams]:
     """``craftax:NAME``: Craftax's env by name, without its auto-reset unless
     ``env_kwargs.auto_reset`` is true; the other ``env_kwargs`` replace fields of its params."""
     from craftax.craftax_env import make_craftax_env_from_name  # the optional suite

@@ -36,6 +36,15 @@ from esjax.suite_base import (
     policy_observation,
     timestep_outcome,
 )
+from esjax.suites import Suite
+
+SUITE = Suite(
+    name="jumanji",
+    package="jumanji",
+    requirement="jumanji>=1.1",
+    example="jumanji:Snake-v1",
+    description="InstaDeep's Jumanji: puzzles, routing and packing in JAX (discrete actions)",
+)
 
 # Episode length for a jumanji env without a ``time_limit`` attribute, unless the task sets one.
 FALLBACK_EPISODE_LENGTH = 1000
@@ -82,7 +91,7 @@ class JumanjiEnv:
         return each(draw)
 
 
-def make_jumanji(name: str, kwargs: dict[str, Any]) -> tuple[JumanjiEnv, SuiteParams]:
+def make(name: str, kwargs: dict[str, Any]) -> tuple[JumanjiEnv, SuiteParams]:
     """``jumanji:NAME``: ``jumanji.make(NAME, **env_kwargs)`` (the env class's own arguments,
     e.g. Snake's ``num_rows``, ``time_limit``), adapted."""
     import jumanji  # the optional suite, imported only when a task names it

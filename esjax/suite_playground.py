@@ -27,13 +27,22 @@ from __future__ import annotations
 from typing import Any
 
 from esjax.config import ConfigError, suggest
-from esjax.suite_base import StateEnv, import_mujoco_suite
+from esjax.suite_base import StateEnv, SuiteParams, import_mujoco_suite
+from esjax.suites import Suite
+
+SUITE = Suite(
+    name="playground",
+    package="mujoco_playground",
+    requirement="playground>=0.2",
+    example="playground:CartpoleBalance",
+    description="MuJoCo Playground: DM Control, locomotion (continuous actions)",
+)
 
 # Playground's own default is "warp", slower than the JAX implementation on a CPU.
 DEFAULT_IMPL = "jax"
 
 
-def make_playground(name: str, kwargs: dict[str, Any]) -> tuple[Any, Any]:
+def make(name: str, kwargs: dict[str, Any]) -> tuple[StateEnv, SuiteParams]:
     """``playground:NAME``: ``registry.load(NAME, config_overrides=env_kwargs)``, adapted."""
     # The optional suite, imported only when a task names it.
     registry = import_mujoco_suite("mujoco_playground", f"playground:{name}").registry

@@ -29,6 +29,15 @@ from esjax.suite_base import (
     replace_fields,
     timestep_outcome,
 )
+from esjax.suites import Suite
+
+SUITE = Suite(
+    name="xminigrid",
+    package="xminigrid",
+    requirement="xminigrid>=0.9",
+    example="xminigrid:MiniGrid-Empty-8x8",
+    description="XLand-MiniGrid: MiniGrid and XLand worlds in JAX (discrete actions)",
+)
 
 
 class XMiniGridEnv:
@@ -64,7 +73,7 @@ class XMiniGridEnv:
         return each(lambda timestep: self.env.render(suite, timestep))
 
 
-def make_xminigrid(name: str, kwargs: dict[str, Any]) -> tuple[XMiniGridEnv, WrappedParams]:
+def make(name: str, kwargs: dict[str, Any]) -> tuple[XMiniGridEnv, WrappedParams]:
     """``xminigrid:NAME``: ``xminigrid.make(NAME)``, its params' fields (``max_steps``,
     ``view_size``, ...) replaced by ``env_kwargs``, adapted."""
     import xminigrid  # the optional suite, imported only when a task names it

@@ -1,155 +1,124 @@
-"""Adapters that give other JAX env suites esjax's env protocol, named ``SUITE:NAME``.
+"""The registry of adapted env suites, named ``SUITE:NAME``: one line per suite, nothing else.
 
-Each suite is an optional extra (``pip install "esjax[navix]"``); its package is imported only
-when a task names it, so a missing suite costs nothing until then and is one line naming the
-extra. An adapter does the conversions once, at the env's edge: a suite's own step API becomes
-the six-value gymnax step of :mod:`esjax.envs`, its observations become one float32 array (an
-array keeps its shape, a pytree's leaves are joined into a vector:
-:func:`~esjax.suite_base.policy_observation`), and its own termination and truncation are
-reported apart, so an episode ends on either (and on esjax's ``episode_length``) and every
-later step is masked.
+A suite is a module of its own (``esjax.suite_navix``, ...) that says what it is in a
+:class:`Suite` named ``SUITE`` and makes an env with ``make(name, env_kwargs)``: the
+:class:`~esjax.envs.SuiteAdapter` protocol. :data:`SUITE_MODULES` lists those modules, and
+everything that names suites follows from it: the env names that are suites' rather than a
+user's code (:mod:`esjax.envs`, :mod:`esjax.trust`), ``esjax list``'s table, the required
+preset per suite, and the checks that ``pyproject.toml``'s extras, the API reference and the
+module layers list exactly these suites (``tests/test_suite_registry.py``).
 
-This module holds the registry and the navix adapter; the other adapters are modules of their
-own (``esjax.suite_xminigrid``, ``esjax.suite_jumanji``, ``esjax.suite_craftax``), each
-importing its suite inside its factory, and what they share is in :mod:`esjax.suite_base`.
+Each suite is an optional extra (``pip install "esjax[navix]"``). This module imports neither
+JAX nor an adapter until a suite's name is looked up, and an adapter imports its suite's
+package only inside ``make``, so a missing suite costs nothing until a task names it and is
+then one line naming the extra.
+
+What every adapter does at the env's edge (the six-value step, one float32 observation,
+termination and truncation apart, its own renderer) is written in :mod:`esjax.suite_base`.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import importlib.util
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
 
-import jax
-import jax.numpy as jnp
-
-from esjax.config import ConfigError
-from esjax.suite_base import (
-    BoxSpace,
-    DiscreteSpace,
-    Renderer,
-    SuiteParams,
-    each,
-    policy_observation,
+# The adapted suites, in ``esjax list``'s order: a new suite is its module and one line here.
+SUITE_MODULES: tuple[str, ...] = (
+    "esjax.suite_navix",
+    "esjax.suite_xminigrid",
+    "esjax.suite_jumanji",
+    "esjax.suite_craftax",
+    "esjax.suite_playground",
+    "esjax.suite_brax",
 )
-from esjax.suite_brax import make_brax
-from esjax.suite_craftax import make_craftax
-from esjax.suite_jumanji import make_jumanji
-from esjax.suite_playground import make_playground
-from esjax.suite_xminigrid import make_xminigrid
 
 
-# ---------------------------------------------------------------------------- navix
-class NavixEnv:
-    """A navix env with esjax's protocol.
-
-    navix steps a ``Timestep`` (``step(timestep, action)``) whose ``step_type`` says
-    transition, truncation (its ``max_steps``) or termination; the state esjax carries is
-    that timestep. navix draws its randomness from a key inside the state, set at reset, so
-    the step key is not used. navix resets inside ``step`` only when handed a finished
-    timestep, which esjax never keeps stepping, so the state an episode ends in is navix's own.
-    """
-
-    def __init__(self, env: Any):
-        self.env = env
-        self.default_params = SuiteParams(max_steps_in_episode=int(env.max_steps))
-        obs_shape = jax.eval_shape(lambda key: self.reset(key, self.default_params)[0],
-                                   jax.random.key(0)).shape  # fmt: skip
-        self._obs_shape = tuple(obs_shape)
-
-    def reset(self, key: jax.Array, params: Any) -> tuple[jax.Array, Any]:
-        timestep = self.env.reset(key)
-        return policy_observation(timestep.observation), timestep
-
-    def step(self, key: jax.Array, state: Any, action: jax.Array, params: Any) -> tuple:
-        timestep = self.env.step(state, action)
-        return (policy_observation(timestep.observation), timestep,
-                jnp.asarray(timestep.reward, jnp.float32), timestep.is_termination(),
-                timestep.is_truncation(), {})  # fmt: skip
-
-    def action_space(self, params: Any) -> DiscreteSpace:
-        return DiscreteSpace(len(self.env.action_set))
-
-    def observation_space(self, params: Any) -> BoxSpace:
-        return BoxSpace(-jnp.inf, jnp.inf, self._obs_shape)
-
-    def renderer(self, params: Any) -> Renderer:
-        """navix's own full-grid RGB picture of a timestep's state (``observations.rgb``, its
-        sprites), whatever observation the env hands the policy; compiled once."""
-        import navix  # the optional suite, imported only when a task names it
-
-        rgb = jax.jit(navix.observations.rgb)
-        return each(lambda timestep: rgb(timestep.state))
-
-
-def make_navix(name: str, kwargs: dict[str, Any]) -> tuple[Any, Any]:
-    """``navix:NAME``: ``navix.make(NAME, **env_kwargs)`` (e.g. ``max_steps``), adapted."""
-    import navix  # the optional suite, imported only when a task names it
-
-    if name not in navix.registry():
-        raise ConfigError(f"navix has no env {name!r}; its envs: {', '.join(navix.registry())}")
-    try:
-        made = navix.make(name, **kwargs)
-    except TypeError as error:  # an env_kwargs key the env's constructor does not take
-        raise ConfigError(
-            f"navix:{name}: cannot make it with env_kwargs {kwargs}: {error}"
-        ) from None
-    env = NavixEnv(made)
-    return env, env.default_params
-
-
-# ---------------------------------------------------------------------------- the registry
 @dataclass(frozen=True)
 class Suite:
-    """An adapted suite: the package it needs, the extra that installs it, its adapter."""
+    """What esjax knows of a suite without importing it: enough for ``esjax list``, the
+    one-line error that names what to install, and the packaging checks.
+
+    ``name`` is the ``SUITE`` of ``SUITE:NAME`` and the name of esjax's extra that installs
+    it, whose one requirement is ``requirement`` (``pyproject.toml`` is checked against it);
+    ``package`` is what the adapter imports, found on the path without importing it.
+    """
 
     name: str
     package: str
-    extra: str
+    requirement: str
     example: str
     description: str
-    adapter: Callable[[str, dict[str, Any]], tuple[Any, Any]]
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier():  # no ':' (it would split), a valid extra's name
+            raise ValueError(f"a suite's name is an identifier, not {self.name!r}")
+        if not self.example.startswith(f"{self.name}:"):
+            raise ValueError(f"suite {self.name}: example {self.example!r} is not {self.name}:NAME")
+
+    @property
+    def extra(self) -> str:
+        """esjax's extra that installs the suite: its name."""
+        return self.name
+
+    @property
+    def install_hint(self) -> str:
+        return f'pip install "esjax[{self.extra}]"'
+
+    def installed(self) -> bool:
+        """Whether the suite's package can be imported (found without importing it)."""
+        return importlib.util.find_spec(self.package) is not None
 
 
-SUITES: dict[str, Suite] = {
-    suite.name: suite
-    for suite in [
-        Suite("navix", "navix", "navix", "navix:Navix-Empty-5x5-v0",
-              "MiniGrid worlds in JAX (discrete actions)", make_navix),
-        Suite("xminigrid", "xminigrid", "xminigrid", "xminigrid:MiniGrid-Empty-8x8",
-              "XLand-MiniGrid: MiniGrid and XLand worlds in JAX (discrete actions)",
-              make_xminigrid),
-        Suite("jumanji", "jumanji", "jumanji", "jumanji:Snake-v1",
-              "InstaDeep's Jumanji: puzzles, routing and packing in JAX (discrete actions)",
-              make_jumanji),
-        Suite("craftax", "craftax", "craftax", "craftax:Craftax-Classic-Symbolic-v1",
-              "Craftax: an open-ended Minecraft-like survival game in JAX (discrete actions)",
-              make_craftax),
-        Suite("playground", "mujoco_playground", "playground", "playground:CartpoleBalance",
-              "MuJoCo Playground: DM Control, locomotion (continuous actions)", make_playground),
-        Suite("brax", "brax", "brax", "brax:hopper",
-              "Brax locomotion: hopper, ant, halfcheetah, ... (continuous actions)", make_brax),
-    ]
-}  # fmt: skip
+class RegistryError(TypeError):
+    """A registered module that is not a suite adapter: a mistake in esjax, in one line."""
 
 
-def is_installed(suite: Suite) -> bool:
-    """Whether the suite's package can be imported (found without importing it)."""
-    return importlib.util.find_spec(suite.package) is not None
+@functools.cache
+def _adapters(modules: tuple[str, ...]) -> dict[str, ModuleType]:
+    """``{suite name: adapter module}``, each module imported once and its ``SUITE`` checked.
+
+    Keyed by the registry's value, so a registry replaced (a test's toy suite) is read afresh.
+    """
+    found: dict[str, ModuleType] = {}
+    for path in modules:
+        module = importlib.import_module(path)
+        suite = getattr(module, "SUITE", None)
+        if not isinstance(suite, Suite) or not callable(getattr(module, "make", None)):
+            raise RegistryError(
+                f"{path} is registered as a suite but lacks SUITE = Suite(...) or make(name, "
+                "kwargs) (the protocol is esjax.envs.SuiteAdapter)"
+            )
+        if suite.name in found:
+            other = found[suite.name].__name__
+            if other == module.__name__:
+                raise RegistryError(f"{path} is registered twice")
+            raise RegistryError(f"{path} and {other} both adapt a suite named {suite.name!r}")
+        found[suite.name] = module
+    return found
 
 
-def make_suite_env(suite_name: str, env_name: str, kwargs: dict[str, Any]) -> tuple[Any, Any]:
-    """``(env, default_params)`` for ``SUITE:NAME``, or one line on what to install."""
-    suite = SUITES[suite_name]
-    if not is_installed(suite):
-        raise ConfigError(
-            f"{suite_name}:{env_name}: the {suite_name} suite is not installed; "
-            f'pip install "esjax[{suite.extra}]"'
-        )
-    return suite.adapter(env_name, kwargs)
+def registered() -> dict[str, Suite]:
+    """Every registered suite by name, in the registry's order (imports the adapters, which
+    import JAX but not their suites)."""
+    return {name: module.SUITE for name, module in _adapters(SUITE_MODULES).items()}
+
+
+def adapter(name: str) -> ModuleType:
+    """The module adapting suite ``name``; see :class:`~esjax.envs.SuiteAdapter`."""
+    return _adapters(SUITE_MODULES)[name]
+
+
+def package_modules() -> list[str]:
+    """The registered adapters that are modules of esjax (``suite_navix``, ...), read from the
+    registry alone: for the checks that every module has its layer and its API page."""
+    return [path.removeprefix("esjax.") for path in SUITE_MODULES if path.startswith("esjax.")]
 
 
 def suite_rows() -> list[tuple[str, str, str, bool, str]]:
     """``(name, extra, example env, installed?, description)`` of each suite (``esjax list``)."""
-    return [(s.name, s.extra, s.example, is_installed(s), s.description) for s in SUITES.values()]
+    return [
+        (s.name, s.extra, s.example, s.installed(), s.description) for s in registered().values()
+    ]

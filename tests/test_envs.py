@@ -24,7 +24,7 @@ from esjax.episode import episode_keys, split_step_key, step_keys
 from esjax.policies import MLP
 from esjax.presets import load_task
 from esjax.rollout import PopulationRollout
-from esjax.suites import SUITES, is_installed
+from esjax.suites import registered
 from esjax.tasks import check_task
 from esjax.training import resolve_config
 
@@ -198,15 +198,15 @@ def _hide(monkeypatch, package: str) -> None:
                         lambda name, *a: None if name == package else real(name, *a))  # fmt: skip
 
 
-@pytest.mark.parametrize("suite", SUITES.values(), ids=lambda s: s.name)
+@pytest.mark.parametrize("suite", registered().values(), ids=lambda s: s.name)
 def test_a_suite_not_installed_names_its_extra(suite, monkeypatch):
     _hide(monkeypatch, suite.package)
-    assert not is_installed(suite)
+    assert not suite.installed()
     with pytest.raises(ConfigError, match=rf'pip install "esjax\[{suite.extra}\]"$'):
         make_env(suite.example)
 
 
-@pytest.mark.parametrize("suite", SUITES.values(), ids=lambda s: s.name)
+@pytest.mark.parametrize("suite", registered().values(), ids=lambda s: s.name)
 def test_a_task_naming_a_suite_not_installed_exits_2(suite, tmp_path):
     task = tmp_path / "suite.toml"
     task.write_text(f'env = "{suite.example}"\nepisode_length = 10\n')
@@ -258,7 +258,7 @@ def test_a_module_in_the_working_directory_is_found_without_python_m(tmp_path, m
     "env", ["CartPole-v1", pytest.param("navix:Navix-Empty-5x5-v0", id="navix")]
 )
 def test_an_env_kwargs_key_the_env_does_not_take_is_one_line(env):
-    if env.startswith("navix") and not is_installed(SUITES["navix"]):
+    if env.startswith("navix") and not registered()["navix"].installed():
         pytest.skip('navix is not installed (pip install "esjax[navix]")')
     with pytest.raises(ConfigError, match=r"^[^\n]*$") as error:
         make_env(env, {"no_such_option": 5})

@@ -1,0 +1,149 @@
+"""The suite registry is the one list of suites, and what names suites elsewhere follows it.
+
+Adding a suite is its module, one line in ``esjax.suites.SUITE_MODULES`` and its tests; the
+checks here fail where something else (``pyproject.toml``'s extras, the API reference) has not
+caught up. The toy suite (tests/data/toy_suite.py) walks through the recipe from outside esjax:
+registered by replacing the registry's tuple, the same line a contributor adds, then trained
+and evaluated from the command line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from esjax import suites
+from esjax.config import ConfigError
+from esjax.envs import SuiteAdapter, check_env, make_env, names_code
+from esjax.suites import RegistryError, Suite, package_modules, registered, suite_rows
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def test_pyproject_has_each_suites_extra_and_envs_lists_exactly_them():
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    for suite in registered().values():
+        assert extras.get(suite.extra) == [suite.requirement], suite.name
+    wanted = sorted(suite.requirement for suite in registered().values())
+    assert sorted(extras["envs"]) == wanted
+
+
+def test_every_suite_module_is_registered_and_in_the_api_reference():
+    """An esjax/suite_*.py not in the registry would never be reachable; one missing from
+    docs/api would have no reference page."""
+    files = {path.stem for path in (REPO / "esjax").glob("suite_*.py")} - {"suite_base"}
+    assert files == set(package_modules())
+    pages = (REPO / "docs" / "api").glob("*.md")
+    lines = [line for page in pages for line in page.read_text().splitlines()]
+    listed = {line.split()[1].removeprefix("esjax.") for line in lines
+              if line.startswith("::: esjax.suite_")}  # fmt: skip
+    assert listed - {"suite_base"} == set(package_modules())
+
+
+def test_the_registry_imports_neither_jax_nor_a_suite_until_asked():
+    """``esjax.suites`` alone loads no JAX; resolving it loads the adapters (JAX) but none of
+    the suites' own packages, which only ``make`` imports."""
+    code = (
+        "import sys\n"
+        "import esjax.suites as s\n"
+        "assert 'jax' not in sys.modules, 'esjax.suites imported JAX'\n"
+        "packages = [suite.package for suite in s.registered().values()]\n"
+        "loaded = [p for p in packages if p in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=300)
+
+
+def test_every_registered_adapter_takes_what_esjax_passes_it():
+    """``make(name, kwargs)`` as :class:`esjax.envs.SuiteAdapter` says, checked without the
+    suites installed: the adapters import their suites inside ``make`` only."""
+    wanted = list(inspect.signature(SuiteAdapter.make).parameters)[1:]
+    for name, suite in registered().items():
+        module = suites.adapter(name)
+        assert module.SUITE is suite and suite.example.startswith(f"{name}:")
+        inspect.signature(module.make).bind(*wanted)
+
+
+def test_a_suite_declares_a_name_a_task_can_use():
+    with pytest.raises(ValueError, match="identifier"):
+        Suite("my:suite", "x", "x", "my:suite:A", "")
+    with pytest.raises(ValueError, match="is not toy:NAME"):
+        Suite("toy", "jax", "jax", "other:Walk", "")
+
+
+def test_a_registered_module_that_is_not_an_adapter_is_one_line(monkeypatch):
+    shipped = suites.SUITE_MODULES
+    monkeypatch.setattr(suites, "SUITE_MODULES", (*shipped, "json"))
+    with pytest.raises(RegistryError, match=r"^json is registered as a suite but lacks SUITE"):
+        registered()
+    monkeypatch.setattr(suites, "SUITE_MODULES", (*shipped, "esjax.suite_navix"))
+    with pytest.raises(RegistryError, match=r"^esjax\.suite_navix is registered twice$"):
+        registered()
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    """The toy suite registered from outside esjax: its folder on the path and its module
+    appended to the registry, as the one line a new suite adds."""
+    monkeypatch.syspath_prepend(str(DATA))
+    monkeypatch.setattr(suites, "SUITE_MODULES", (*suites.SUITE_MODULES, "toy_suite"))
+    return registered()["toy"]
+
+
+def test_a_registered_suite_is_an_env_name_listed_and_checked(toy):
+    assert toy.example == "toy:Walk" and toy.installed()
+    assert ("toy", "toy", "toy:Walk", True, toy.description) in suite_rows()
+    assert not names_code("toy:Walk")  # a suite's env is data, not code to trust
+    env, params = make_env("toy:Walk", {"target": 2.0})
+    assert float(params.target) == 2.0
+    assert check_env((env, params), "toy:Walk") == (env, params)
+    with pytest.raises(ConfigError, match="toy has no env 'Run'; its envs: Walk"):
+        make_env("toy:Run")
+    with pytest.raises(ConfigError, match="toy:Walk: env_kwargs speed not known"):
+        make_env("toy:Walk", {"speed": 1})
+
+
+def test_an_adapter_whose_make_takes_other_arguments_is_one_line(toy, monkeypatch):
+    monkeypatch.setattr(suites.adapter("toy"), "make", lambda name: None)
+    with pytest.raises(ConfigError, match=r"toy_suite\.make must take \(name, kwargs\)"):
+        make_env("toy:Walk")
+
+
+def _cli(*args: object) -> str:
+    """``esjax ARGS`` in this process (so the registry replaced here holds); its stdout."""
+    from esjax.cli import app
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = app([str(a) for a in args], prog_name="esjax", standalone_mode=False)
+    assert not code, out.getvalue()
+    return out.getvalue()
+
+
+def test_a_toy_suite_trains_and_evaluates_from_the_command_line(toy, tmp_path):
+    task = tmp_path / "toy-walk.toml"
+    task.write_text('description = "The toy walker"\nenv = "toy:Walk"\nepisode_length = 20\n'
+                    "test_episodes = 4\n[env_kwargs]\ntarget = 2.0\n")  # fmt: skip
+    run = tmp_path / "run"
+    _cli("evolve", task, "--generations", "2", "--popsize", "8", "--out", run,
+         "--set", "evaluation.every=1", "--set", "evaluation.episodes=4")  # fmt: skip
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").open()]
+    assert rows[-1]["generation"] == 2 and np.isfinite(rows[-1]["eval_return"])
+    assert json.loads((run / "config.json").read_text())["task"]["env"] == "toy:Walk"
+
+    record = json.loads(_cli("eval", run, "--json"))
+    # Each step costs the distance left: from at most 2.5 away, walking away 0.5 a step for
+    # 20 steps costs at most 20 * 2.5 + 0.5 * (1 + ... + 20) = 155.
+    assert record["episodes"] == 4 and -155.0 <= record["mean"] <= 0.0
