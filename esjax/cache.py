@@ -136,17 +136,35 @@ def remembered(kind: str, key: Any, compute: Callable[[], Any]) -> Any:
     return value
 
 
-def kept_path(subdirectory: str, kind: str, key: Any, suffix: str) -> Path | None:
-    """Where a result keyed by ``kind``, ``key`` and :func:`code_fingerprint` is kept.
+# Digests of the user code (a policy named as code) this process has built into programs; None
+# for code with no file behind it (a notebook's ``__main__``), whose edits could not be seen.
+_TRACED_CODE: set[str | None] = set()
 
-    In ``subdirectory`` of JAX's compilation cache directory; None while that cache is off.
+
+def note_traced_code(digest: str | None) -> None:
+    """Record that programs built from now on may trace user code with this source digest.
+
+    A caller's key names such code (a policy's ``module:factory``) but not what it says, so
+    its source keys every result kept from then on (:func:`kept_path`): an edited policy file
+    is traced again. Code that cannot be read (``None``) keeps nothing at all.
+    """
+    _TRACED_CODE.add(digest)
+
+
+def kept_path(subdirectory: str, kind: str, key: Any, suffix: str) -> Path | None:
+    """Where a result keyed by ``kind``, ``key``, :func:`code_fingerprint` and the user code
+    noted so far (:func:`note_traced_code`) is kept.
+
+    In ``subdirectory`` of JAX's compilation cache directory; None while that cache is off or
+    after code that cannot be read was noted.
     """
     import jax
 
     directory = jax.config.jax_compilation_cache_dir
-    if not directory:
+    if not directory or None in _TRACED_CODE:
         return None
-    parts = json.dumps([kind, key, code_fingerprint()], sort_keys=True, default=repr)
+    traced = sorted(digest for digest in _TRACED_CODE if digest is not None)
+    parts = json.dumps([kind, key, code_fingerprint(), *traced], sort_keys=True, default=repr)
     digest = hashlib.sha256(parts.encode()).hexdigest()[:32]
     return Path(directory) / subdirectory / f"{kind}-{digest}{suffix}"
 

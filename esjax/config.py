@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from esjax import policy_kinds
+
 
 class ConfigError(ValueError):
     """A config problem a person can fix; its message is one line."""
@@ -162,6 +164,8 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
             raise ConfigError(_at(where, f"expected a table, got {value!r}"))
+        if hasattr(tp, "from_table"):  # a table whose keys depend on one of them
+            return tp.from_table(value, where)
         return parse_into(tp, value, where)
     if tp is bool:
         if isinstance(value, bool):
@@ -219,6 +223,8 @@ def parse_into(cls: type, data: Mapping[str, Any], where: str) -> Any:
 
 def to_dict(obj: Any) -> Any:
     """A JSON/TOML-ready view of a spec (tuples become lists)."""
+    if hasattr(obj, "to_table"):
+        return obj.to_table()
     if dataclasses.is_dataclass(obj):
         return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, Mapping):
@@ -254,8 +260,6 @@ def _child(where: str, name: str) -> str:
 
 # ---------------------------------------------------------------------------- task specs
 DISTRIBUTIONS = ("uniform", "log_uniform", "choice", "random_sign")
-POLICY_KINDS = ("mlp", "lstm", "gru", "cnn")
-RECURRENT_KINDS = ("lstm", "gru")  # policies whose ``hidden`` is one cell size
 ACTION_MODES = ("greedy", "sample", "raw")
 # What a policy's test returns can be set against (``esjax eval --baseline``).
 BASELINES = ("analytic", "random", "zero")
@@ -304,15 +308,9 @@ class ParamDistribution:
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    """Network shape and inputs; for ``lstm`` and ``gru`` ``hidden`` is the one cell size.
-
-    ``mlp`` with ``hidden = []`` is a linear policy.
-
-    ``cnn`` (image observations): ``channels`` conv layers of ``kernel`` x ``kernel`` and
-    ``stride``, then ``hidden`` dense layers; ``lstm`` > 0 adds a recurrent cell of that size.
-    ``ego_channel`` centres the image on the cell lit in that channel (the agent's), cut to
-    ``ego_radius`` cells each way (default: the whole grid from any cell), so that what lies
-    next to the agent is the same input wherever it stands (:func:`esjax.policies.centred_view`).
+    """A task's ``[policy]`` table: the kind, what it is shown, how its outputs are read, and
+    the kind's own settings (:mod:`esjax.policy_kinds`: ``hidden`` for ``mlp``, ``lstm`` and
+    ``gru``, ``channels`` for ``cnn``, ..., or a user's factory's arguments).
 
     ``param_inputs`` names env parameters appended to the observation (an oracle baseline);
     ``frame_stack`` feeds the last k observations (a memory without recurrence).
@@ -325,27 +323,73 @@ class PolicyConfig:
     network's outputs go to the env as they are, and the env applies its bounds (ARS's linear
     policies; Brax charges its control cost on the action given, so large actions cost more).
 
-    ``mirror`` (``mlp``, ``lstm``, ``gru``): each observation component's sign when the env is
+    ``mirror`` (kinds that take it): each observation component's sign when the env is
     seen in a mirror, e.g. ``[1, -1, -1]`` for the pendulum's cos, sin and speed; the policy
     then answers a mirrored state with the mirrored action (:mod:`esjax.mirror`).
     ``mirror_actions`` (discrete actions): the action each action becomes in the mirror.
+
+    A kind's settings read as attributes of the whole (``task.policy.hidden``).
     """
 
     kind: str = "mlp"
-    hidden: tuple[int, ...] = (64, 64)
-    activation: str = "tanh"
     meta_inputs: tuple[str, ...] = ()
     param_inputs: tuple[str, ...] = ()
     frame_stack: int = 1
-    channels: tuple[int, ...] = (16,)
-    kernel: int = 3
-    stride: int = 1
-    lstm: int = 0
-    ego_channel: int | None = None
-    ego_radius: int | None = None
     actions: str = "greedy"
     mirror: tuple[float, ...] = ()
     mirror_actions: tuple[int, ...] = ()
+    settings: object = field(default_factory=policy_kinds.MLPSettings)
+
+    def __getattr__(self, name: str) -> Any:
+        settings = self.__dict__.get("settings")
+        if settings is None or name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            return getattr(settings, name)
+        except AttributeError:
+            raise AttributeError(f"a {self.kind} policy has no setting {name!r}") from None
+
+    @property
+    def policy_kind(self) -> policy_kinds.PolicyKind:
+        kind = policy_kinds.kind_named(self.kind)
+        assert kind is not None, "validated when parsed"
+        return kind
+
+    @classmethod
+    def from_table(cls, data: Mapping[str, Any], where: str) -> PolicyConfig:
+        """A ``[policy]`` table read strictly: the shared keys here, the rest by the kind."""
+        kind_name = _convert(data.get("kind", "mlp"), str, _child(where, "kind"))
+        kind = policy_kinds.kind_named(kind_name)
+        if kind is None:
+            names = list(policy_kinds.KINDS)
+            message = (
+                f"unknown policy kind {kind_name!r}{suggest(kind_name, names)}; choose from "
+                f"{', '.join(names)}, or name a flax module's factory ('file.py:factory')"
+            )
+            raise ConfigError(_at(_child(where, "kind"), message))
+        hints = typing.get_type_hints(cls)
+        shared = {name: _convert(value, hints[name], _child(where, name))
+                  for name, value in data.items() if name in policy_kinds.SHARED_KEYS}  # fmt: skip
+        own = {name: value for name, value in data.items() if name not in shared}
+        if isinstance(kind, policy_kinds.CodeKind):
+            settings: object = policy_kinds.CodeSettings(own)
+        else:
+            settings = parse_into(kind.settings_type, _owned(kind, own, where), where)
+        problem = kind.problem(settings)
+        if problem:
+            raise ConfigError(_at(_child(where, problem[0]), problem[1]))
+        config = cls(**{**shared, "kind": kind_name}, settings=settings)
+        config.validate(where)
+        return config
+
+    def to_table(self) -> dict[str, Any]:
+        """The table as ``config.json`` holds it: flat, and for a built-in kind with every
+        built-in key (another kind's at its default), the shape runs have always had."""
+        shared = {name: to_dict(getattr(self, name)) for name in policy_kinds.SHARED_KEYS}
+        if isinstance(self.settings, policy_kinds.CodeSettings):
+            return {**shared, **to_dict(self.settings.extras)}
+        own = {**policy_kinds.legacy_defaults(), **dataclasses.asdict(self.settings)}
+        return {**shared, **to_dict(own)}
 
     def validate(self, where: str) -> None:
         _require(
@@ -354,56 +398,49 @@ class PolicyConfig:
             f"unknown action mode {self.actions!r}{suggest(self.actions, ACTION_MODES)}; "
             f"choose from {', '.join(ACTION_MODES)}",
         )
-        _require(
-            self.kind in POLICY_KINDS,
-            _child(where, "kind"),
-            f"unknown policy kind {self.kind!r}{suggest(self.kind, POLICY_KINDS)}; "
-            f"choose from {', '.join(POLICY_KINDS)}",
-        )
-        _require(all(h > 0 for h in self.hidden), _child(where, "hidden"), "sizes must be positive")
-        if self.kind in RECURRENT_KINDS:
-            _require(
-                len(self.hidden) == 1,
-                _child(where, "hidden"),
-                f"kind {self.kind!r} takes one size (the cell's), e.g. [32]",
-            )
-        if self.kind == "cnn":
+        if not self.policy_kind.mirrorable:
+            takers = [name for name, kind in policy_kinds.KINDS.items() if kind.mirrorable]
             _require(
                 not self.mirror and not self.mirror_actions,
                 _child(where, "mirror"),
-                "is for mlp, lstm and gru policies, not cnn",
+                f"is for {_listed(takers)} policies, not {self.kind}",
             )
-            _require(
-                all(c > 0 for c in self.channels),
-                _child(where, "channels"),
-                "sizes must be positive",
-            )
-            for name in ("kernel", "stride"):
-                value = getattr(self, name)
-                _require(value > 0, _child(where, name), f"must be positive, got {value}")
-            _require(self.lstm >= 0, _child(where, "lstm"), f"must be >= 0, got {self.lstm}")
-            for name in ("ego_channel", "ego_radius"):
-                value = getattr(self, name)
-                low = 0 if name == "ego_channel" else 1
-                _require(value is None or value >= low, _child(where, name),
-                         f"must be >= {low}, got {value}")  # fmt: skip
-            _require(
-                self.ego_radius is None or self.ego_channel is not None,
-                _child(where, "ego_radius"),
-                "needs ego_channel, the channel the view centres on",
-            )
-        else:
-            for name in ("ego_channel", "ego_radius"):
-                _require(
-                    getattr(self, name) is None,
-                    _child(where, name),
-                    "is for cnn policies (image observations)",
-                )
         _require(
             self.frame_stack > 0,
             _child(where, "frame_stack"),
             f"must be positive, got {self.frame_stack}",
         )
+
+
+def _owned(kind: policy_kinds.PolicyKind, table: Mapping[str, Any], where: str) -> dict:
+    """``table`` without the built-in keys ``kind`` does not own, which an old ``config.json``
+    holds at their defaults; one set to anything else is a line naming the kinds that take it.
+    """
+    owned = _field_names(kind.settings_type)
+    legacy = policy_kinds.legacy_defaults()
+    for name, value in table.items():
+        if name in owned:
+            continue
+        if name not in legacy:
+            valid = [*policy_kinds.SHARED_KEYS, *owned]
+            raise ConfigError(_at(where, f"unknown key {name!r}{suggest(name, valid)}; "
+                                         f"valid keys: {', '.join(valid)}"))  # fmt: skip
+        if value != to_dict(legacy[name]):
+            takers = [other.name for other in policy_kinds.KINDS.values()
+                      if name in _field_names(other.settings_type)]  # fmt: skip
+            raise ConfigError(
+                _at(_child(where, name), f"is for {_listed(takers)} policies, not {kind.name}")
+            )
+    return {name: value for name, value in table.items() if name in owned}
+
+
+def _field_names(cls: type) -> set[str]:
+    return {item.name for item in dataclasses.fields(cls)}
+
+
+def _listed(names: Sequence[str]) -> str:
+    """``"a, b and c"``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Policies: feed-forward and recurrent controllers with an action head fitted to the env.
 
-A policy spec (``MLP``, the recurrent ``LSTM`` and ``GRU``, or the image policy ``CNN``) knows
-only sizes.
+A policy spec (``MLP``, the recurrent ``LSTM`` and ``GRU``, the image policy ``CNN``, or a user's
+flax module, ``CodePolicy``) knows only sizes; :data:`SPECS` builds each kind of
+:mod:`esjax.policy_kinds` from a task.
 ``spec.build(obs_size, action_space)`` binds it to an environment and returns a :class:`Policy`,
 a bundle of pure functions:
 
@@ -15,8 +16,9 @@ so the rollout has one code path for both kinds.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,8 +26,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from esjax import mirror
-from esjax.config import ConfigError
+from esjax import cache, envs, mirror, policy_kinds
+from esjax.config import ConfigError, PolicyConfig
 
 META_INPUTS = ("action", "reward", "done")
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
@@ -186,7 +188,80 @@ class _RecurrentNet(nn.Module):
 
 
 @dataclass(frozen=True)
-class MLP:
+class Network:
+    """What a spec adds to the shared opening of :meth:`_Spec.build`: its flax network as
+    ``init(key) -> params``, ``step(params, carry, x) -> (carry, outputs)`` and its carry."""
+
+    init: Callable[[jax.Array], PyTree]
+    step: Callable[[PyTree, PyTree, jax.Array], tuple[PyTree, jax.Array]]
+    initial_carry: Callable[[], PyTree] = tuple
+    recurrent: bool = False
+
+    @classmethod
+    def feed_forward(cls, net: nn.Module, input_size: int) -> Network:
+        return cls(
+            lambda key: net.init(key, jnp.zeros((input_size,), jnp.float32)),
+            lambda params, carry, x: (carry, net.apply(params, x)),
+        )
+
+
+class _Spec:
+    """What every spec shares: :meth:`build` opens with the meta inputs, the action head and the
+    input size, asks the spec for its :class:`Network`, mirrors it if asked and closes with the
+    action head. A spec has ``meta_inputs`` and ``raw_actions`` (and may have ``mirror``)."""
+
+    meta_inputs: tuple[str, ...]
+    raw_actions: bool
+
+    def _network(self, input_size: int, outputs: int, layout: dict[str, Any]) -> Network:
+        raise NotImplementedError
+
+    def build(
+        self, obs_size: int, action_space: Any, deterministic: bool = True, **layout: Any
+    ) -> Policy:
+        """The policy bound to an env: ``obs_size`` features (stacked observations and
+        env-parameter inputs); ``layout`` holds the rollout's ``obs_shape`` and
+        ``frame_stack``."""
+        meta = _check_meta_inputs(self.meta_inputs)
+        head = ActionHead.from_space(action_space, raw=self.raw_actions)
+        input_size = obs_size + _meta_feature_size(meta, head)
+        net = self._network(input_size, head.size, layout)
+        step, initial_carry = _mirrored(
+            net.step, net.initial_carry, self, obs_size, head, meta, layout
+        )
+
+        def apply(params, x, carry, key):
+            carry, outputs = step(params, carry, x)
+            return head(outputs, key, deterministic), carry
+
+        return Policy(net.init, apply, initial_carry, head, input_size, meta, net.recurrent)
+
+
+def _check_positive(**sizes: int | Sequence[int]) -> None:
+    problem = policy_kinds.positive_problem(**sizes)
+    if problem:
+        raise PolicyError(f"{problem[0]}: {problem[1]}")
+
+
+def _check_activation(activation: str) -> None:
+    if activation not in ACTIVATIONS:
+        raise PolicyError(
+            f"unknown activation {activation!r}: choose from {', '.join(ACTIVATIONS)}"
+        )
+
+
+def _inputs(config: PolicyConfig) -> dict[str, Any]:
+    """What every kind's spec takes from the shared keys of a task's ``[policy]`` table."""
+    return {
+        "meta_inputs": config.meta_inputs,
+        "mirror": config.mirror,
+        "mirror_actions": config.mirror_actions,
+        "raw_actions": config.actions == "raw",
+    }
+
+
+@dataclass(frozen=True)
+class MLP(_Spec):
     """Feed-forward policy: ``hidden`` layers of ``activation``; carries nothing.
 
     No hidden layer (``hidden=()``) is a linear policy: enough where the action follows from
@@ -200,42 +275,19 @@ class MLP:
     mirror_actions: tuple[int, ...] = ()
     raw_actions: bool = False  # continuous actions unsquashed (see ActionHead)
 
-    def build(
-        self, obs_size: int, action_space: Any, deterministic: bool = True, **layout: Any
-    ) -> Policy:
-        if self.activation not in ACTIVATIONS:
-            raise PolicyError(
-                f"unknown activation {self.activation!r}: choose from {', '.join(ACTIVATIONS)}"
-            )
-        if any(int(w) <= 0 for w in self.hidden):
-            raise PolicyError(f"hidden sizes must be positive, got {tuple(self.hidden)}")
-        meta = _check_meta_inputs(self.meta_inputs)
-        head = ActionHead.from_space(action_space, raw=self.raw_actions)
-        input_size = obs_size + _meta_feature_size(meta, head)
-        net = _MLPNet(tuple(int(w) for w in self.hidden), head.size, self.activation)
+    @classmethod
+    def from_config(cls, config: PolicyConfig) -> MLP:
+        return cls(hidden=config.hidden, activation=config.activation, **_inputs(config))
 
-        def init(key: jax.Array) -> PyTree:
-            return net.init(key, jnp.zeros((input_size,), jnp.float32))
-
-        network, initial_carry = _mirrored(
-            lambda params, carry, x: (carry, net.apply(params, x)),
-            lambda: (),
-            self,
-            obs_size,
-            head,
-            meta,
-            layout,
-        )
-
-        def apply(params, x, carry, key):
-            carry, outputs = network(params, carry, x)
-            return head(outputs, key, deterministic), carry
-
-        return Policy(init, apply, initial_carry, head, input_size, meta, recurrent=False)
+    def _network(self, input_size: int, outputs: int, layout: dict[str, Any]) -> Network:
+        _check_activation(self.activation)
+        _check_positive(hidden=self.hidden)
+        net = _MLPNet(tuple(int(w) for w in self.hidden), outputs, self.activation)
+        return Network.feed_forward(net, input_size)
 
 
 @dataclass(frozen=True)
-class _Recurrent:
+class _Recurrent(_Spec):
     """One recurrent cell of ``hidden`` units, then a linear action head.
 
     ``meta_inputs`` appends the previous action, previous reward and/or done flag to the
@@ -248,40 +300,30 @@ class _Recurrent:
     mirror_actions: tuple[int, ...] = ()
     raw_actions: bool = False  # continuous actions unsquashed (see ActionHead)
 
+    @classmethod
+    def from_config(cls, config: PolicyConfig) -> _Recurrent:
+        return cls(hidden=config.hidden[0], **_inputs(config))
+
     def _net(self, outputs: int) -> nn.Module:
         raise NotImplementedError
 
     def _initial_carry(self) -> PyTree:
         raise NotImplementedError
 
-    def build(
-        self, obs_size: int, action_space: Any, deterministic: bool = True, **layout: Any
-    ) -> Policy:
-        if int(self.hidden) <= 0:
-            raise PolicyError(f"hidden size must be positive, got {self.hidden}")
-        meta = _check_meta_inputs(self.meta_inputs)
-        head = ActionHead.from_space(action_space, raw=self.raw_actions)
-        input_size = obs_size + _meta_feature_size(meta, head)
-        net = self._net(head.size)
+    def _network(self, input_size: int, outputs: int, layout: dict[str, Any]) -> Network:
+        _check_positive(hidden=int(self.hidden))
+        net = self._net(outputs)
 
         def init(key: jax.Array) -> PyTree:
             return net.init(key, self._initial_carry(), jnp.zeros((input_size,), jnp.float32))
 
-        network, initial_carry = _mirrored(
-            net.apply, self._initial_carry, self, obs_size, head, meta, layout
-        )
-
-        def apply(params, x, carry, key):
-            carry, outputs = network(params, carry, x)
-            return head(outputs, key, deterministic), carry
-
-        return Policy(init, apply, initial_carry, head, input_size, meta, recurrent=True)
+        return Network(init, net.apply, self._initial_carry, recurrent=True)
 
 
 def _mirrored(
     network: Callable,
     initial_carry: Callable[[], PyTree],
-    spec: MLP | _Recurrent,
+    spec: _Spec,
     features: int,
     head: ActionHead,
     meta: tuple[str, ...],
@@ -290,19 +332,21 @@ def _mirrored(
     """``network`` and its initial carry, made mirror-symmetric when ``spec.mirror`` is set.
 
     ``features`` counts the stacked observations and env-parameter inputs; ``layout`` holds
-    the rollout's ``obs_shape`` and ``frame_stack``, which say how they split.
+    the rollout's ``obs_shape`` and ``frame_stack``, which say how they split. A spec without
+    ``mirror`` (a cnn) is never mirrored.
     """
-    if not spec.mirror and not spec.mirror_actions:
+    signs, actions = getattr(spec, "mirror", ()), getattr(spec, "mirror_actions", ())
+    if not signs and not actions:
         return network, initial_carry
     frame_stack = int(layout.get("frame_stack", 1))
     obs_shape = layout.get("obs_shape")
     obs_size = math.prod(obs_shape) if obs_shape is not None else features // frame_stack
-    problem = mirror.check_mirror(spec.mirror, spec.mirror_actions, obs_size, head)
+    problem = mirror.check_mirror(signs, actions, obs_size, head)
     if problem:
         raise PolicyError(problem)
     reflection = mirror.reflection(
-        spec.mirror,
-        spec.mirror_actions,
+        signs,
+        actions,
         frame_stack=frame_stack,
         param_inputs=features - obs_size * frame_stack,
         head=head,
@@ -410,7 +454,7 @@ class _CNNLSTMNet(nn.Module):
 
 
 @dataclass(frozen=True)
-class CNN:
+class CNN(_Spec):
     """Image policy (MinAtar's ``10 x 10 x C`` grids): ``channels`` conv layers of
     ``kernel x kernel`` (valid padding, ``stride``), then ``hidden`` dense layers.
 
@@ -434,16 +478,25 @@ class CNN:
     ego_channel: int | None = None
     ego_radius: int | None = None
 
-    def build(
-        self,
-        obs_size: int,
-        action_space: Any,
-        deterministic: bool = True,
-        *,
-        obs_shape: Sequence[int] | None = None,
-        frame_stack: int = 1,
-    ) -> Policy:
-        """``obs_shape`` is one observation's shape (``(H, W)`` or ``(H, W, C)``)."""
+    @classmethod
+    def from_config(cls, config: PolicyConfig) -> CNN:
+        inputs = _inputs(config)
+        return cls(
+            channels=config.channels,
+            kernel=config.kernel,
+            stride=config.stride,
+            hidden=config.hidden,
+            activation=config.activation,
+            lstm=config.lstm,
+            meta_inputs=inputs["meta_inputs"],
+            raw_actions=inputs["raw_actions"],
+            ego_channel=config.ego_channel,
+            ego_radius=config.ego_radius,
+        )
+
+    def _network(self, input_size: int, outputs: int, layout: dict[str, Any]) -> Network:
+        """``layout``'s ``obs_shape`` is one observation's shape (``(H, W)`` or ``(H, W, C)``)."""
+        obs_shape = layout.get("obs_shape")
         if obs_shape is None or len(obs_shape) not in (2, 3):
             raise PolicyError(
                 f"a cnn policy needs image observations (H, W) or (H, W, C), got shape "
@@ -451,12 +504,9 @@ class CNN:
             )
         image_shape = tuple(int(d) for d in obs_shape) + (1,) * (3 - len(obs_shape))
         self._check(image_shape)
-        meta = _check_meta_inputs(self.meta_inputs)
-        head = ActionHead.from_space(action_space, raw=self.raw_actions)
-        input_size = obs_size + _meta_feature_size(meta, head)
         torso = _ConvTorso(
             image_shape,
-            int(frame_stack),
+            int(layout.get("frame_stack", 1)),
             tuple(int(c) for c in self.channels),
             int(self.kernel),
             int(self.stride),
@@ -465,31 +515,20 @@ class CNN:
             self.ego_channel,
             self._radius(image_shape),
         )
-        zeros_x = jnp.zeros((input_size,), jnp.float32)
         if int(self.lstm) <= 0:
-            net = _CNNNet(torso, head.size)
-
-            def apply(params, x, carry, key):
-                return head(net.apply(params, x), key, deterministic), carry
-
-            return Policy(lambda key: net.init(key, zeros_x), apply, lambda: (), head,
-                          input_size, meta, recurrent=False)  # fmt: skip
-
+            return Network.feed_forward(_CNNNet(torso, outputs), input_size)
         cell = int(self.lstm)
-        recurrent_net = _CNNLSTMNet(torso, cell, head.size)
+        recurrent_net = _CNNLSTMNet(torso, cell, outputs)
 
         def initial_carry() -> PyTree:
             zeros = jnp.zeros((cell,), jnp.float32)
             return (zeros, zeros)
 
         def init(key: jax.Array) -> PyTree:
+            zeros_x = jnp.zeros((input_size,), jnp.float32)
             return recurrent_net.init(key, initial_carry(), zeros_x)
 
-        def apply_recurrent(params, x, carry, key):
-            carry, outputs = recurrent_net.apply(params, carry, x)
-            return head(outputs, key, deterministic), carry
-
-        return Policy(init, apply_recurrent, initial_carry, head, input_size, meta, recurrent=True)
+        return Network(init, recurrent_net.apply, initial_carry, recurrent=True)
 
     def _radius(self, image_shape: tuple[int, int, int]) -> int:
         """The window's radius; by default far enough that no cell leaves the view."""
@@ -507,14 +546,9 @@ class CNN:
                 f"ego_channel {self.ego_channel} is not a channel of a {image_shape[2]}-channel "
                 "image"
             )
-        if self.activation not in ACTIVATIONS:
-            raise PolicyError(
-                f"unknown activation {self.activation!r}: choose from {', '.join(ACTIVATIONS)}"
-            )
-        if any(int(c) <= 0 for c in self.channels) or any(int(w) <= 0 for w in self.hidden):
-            raise PolicyError("cnn channels and hidden sizes must be positive")
-        if int(self.kernel) <= 0 or int(self.stride) <= 0:
-            raise PolicyError(f"kernel and stride must be positive: {self.kernel}, {self.stride}")
+        _check_activation(self.activation)
+        _check_positive(channels=self.channels, hidden=self.hidden, kernel=int(self.kernel),
+                        stride=int(self.stride))  # fmt: skip
         side = min(image_shape[:2])
         seen = f"a {image_shape[0]} x {image_shape[1]} image"
         if self.ego_channel is not None:
@@ -529,7 +563,87 @@ class CNN:
             )
 
 
-PolicySpec = MLP | LSTM | GRU | CNN
+@dataclass(frozen=True)
+class CodePolicy(_Spec):
+    """A user's flax module as a policy: ``factory`` names it as ``"package.module:factory"`` or
+    ``"path/to/file.py:factory"`` (loaded as :mod:`esjax.envs` loads a user's env).
+
+    The factory is called as ``factory(input_size=N, output_size=M, **arguments)``, where
+    ``arguments`` are the task's other ``[policy]`` keys, and returns a ``flax.linen.Module``
+    that maps one float32 vector of N inputs (the flat observation, then any stacked frames,
+    env-parameter and meta inputs) to M outputs: a discrete action's logits, or a continuous
+    action's values before the action head squashes them into the bounds. It carries nothing
+    between steps. What it returns is checked here, by shape, in one line.
+    """
+
+    factory: str
+    arguments: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    meta_inputs: tuple[str, ...] = ()
+    mirror: tuple[float, ...] = ()
+    mirror_actions: tuple[int, ...] = ()
+    raw_actions: bool = False
+
+    @classmethod
+    def from_config(cls, config: PolicyConfig) -> CodePolicy:
+        return cls(config.kind, dict(config.settings.extras), **_inputs(config))
+
+    def _network(self, input_size: int, outputs: int, layout: dict[str, Any]) -> Network:
+        made = self._make(input_size, outputs)
+        zeros = jnp.zeros((input_size,), jnp.float32)
+        try:
+            params = jax.eval_shape(made.init, jax.random.key(0), zeros)
+            shape = jax.eval_shape(made.apply, params, zeros).shape
+        except Exception as error:  # the user's module: say which, in one line
+            raise PolicyError(f"{self.factory!r}: its module fails on {input_size} inputs: "
+                              f"{_first_line(error)}") from None  # fmt: skip
+        if tuple(shape) != (outputs,):
+            raise PolicyError(f"{self.factory!r}: its module maps {input_size} inputs to shape "
+                              f"{tuple(shape)}; the action head needs ({outputs},)")  # fmt: skip
+        return Network.feed_forward(made, input_size)
+
+    def _make(self, input_size: int, outputs: int) -> nn.Module:
+        """The factory's module; its source keys the programs kept across processes."""
+        source, _, attribute = self.factory.rpartition(":")
+        factory = envs._load_factory(source, attribute, self.factory)  # envs loads user code
+        digest = envs.code_digest(self.factory)
+        cache.note_traced_code(None if digest == envs.UNREADABLE_CODE else digest)
+        arguments = {"input_size": input_size, "output_size": outputs, **self.arguments}
+        try:
+            inspect.signature(factory).bind(**arguments)
+        except TypeError as error:
+            raise PolicyError(
+                f"{self.factory!r}: cannot call it with {arguments}: {error}"
+            ) from None
+        except ValueError:  # no signature to read: the call says what fails
+            pass
+        try:
+            made = factory(**arguments)
+        except Exception as error:  # the user's factory: say which, in one line
+            raise PolicyError(f"{self.factory!r} raised {_first_line(error)}") from None
+        if not isinstance(made, nn.Module):
+            raise PolicyError(
+                f"{self.factory!r} returned a {type(made).__name__}, not a flax.linen.Module"
+            )
+        return made
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+PolicySpec = MLP | LSTM | GRU | CNN | CodePolicy
+
+# The spec that builds each kind of :data:`esjax.policy_kinds.KINDS`, by the same name; a kind
+# named as code is a :class:`CodePolicy`.
+SPECS: dict[str, type[MLP | _Recurrent | CNN]] = {"mlp": MLP, "lstm": LSTM, "gru": GRU, "cnn": CNN}
+
+
+def spec_for(config: PolicyConfig) -> PolicySpec:
+    """The spec a task's ``[policy]`` table describes."""
+    if policy_kinds.names_code(config.kind):
+        return CodePolicy.from_config(config)
+    return SPECS[config.kind].from_config(config)
 
 
 def memory_lesion(policy: Policy) -> Policy:

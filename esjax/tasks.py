@@ -27,45 +27,16 @@ from esjax.config import (
 )
 from esjax.envs import make_env
 from esjax.mirror import check_mirror
-from esjax.policies import (
-    CNN,
-    GRU,
-    LSTM,
-    MLP,
-    ActionHead,
-    PolicyError,
-    PolicySpec,
-    is_discrete,
-)
+from esjax.policies import ActionHead, PolicyError, PolicySpec, is_discrete, spec_for
 from esjax.rollout import PopulationRollout
 
 EnvParamsSampler = Callable[[jax.Array, Any], Any]
-RECURRENT_POLICIES = {"lstm": LSTM, "gru": GRU}
 
 
 def policy_spec(config: PolicyConfig) -> PolicySpec:
-    if config.kind == "cnn":
-        return CNN(
-            channels=config.channels,
-            kernel=config.kernel,
-            stride=config.stride,
-            hidden=config.hidden,
-            activation=config.activation,
-            lstm=config.lstm,
-            meta_inputs=config.meta_inputs,
-            raw_actions=config.actions == "raw",
-            ego_channel=config.ego_channel,
-            ego_radius=config.ego_radius,
-        )
-    inputs = {
-        "meta_inputs": config.meta_inputs,
-        "mirror": config.mirror,
-        "mirror_actions": config.mirror_actions,
-        "raw_actions": config.actions == "raw",
-    }
-    if config.kind in RECURRENT_POLICIES:
-        return RECURRENT_POLICIES[config.kind](hidden=config.hidden[0], **inputs)
-    return MLP(hidden=config.hidden, activation=config.activation, **inputs)
+    """The spec of a task's policy: its kind's (:data:`esjax.policies.SPECS`), or a user's
+    flax module's when the kind names code."""
+    return spec_for(config)
 
 
 def _draw(dist: ParamDistribution, key: jax.Array) -> jax.Array:

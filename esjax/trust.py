@@ -1,13 +1,15 @@
 """The trust boundary: which code a run or sweep directory may make esjax import and call.
 
-A task names its env as data or as code. A gymnax id (``"CartPole-v1"``) and an adapted
-suite's ``"SUITE:NAME"`` are data: esjax looks them up in libraries the user installed. A
-``"module:factory"`` or ``"file.py:factory"`` is code: building the env imports that module or
-runs that file. Naming code in a task file or on the command line is the user's own say-so;
-naming it in a run or sweep directory is not, since such a directory may come from anyone.
+A task names its env, and its policy, as data or as code. A gymnax id (``"CartPole-v1"``) and
+an adapted suite's ``"SUITE:NAME"`` are data: esjax looks them up in libraries the user
+installed. A ``"module:factory"`` or ``"file.py:factory"`` is code, as an env or as a policy
+kind: building it imports that module or runs that file. Naming code in a task file or on the
+command line is the user's own say-so; naming it in a run or sweep directory is not, since
+such a directory may come from anyone.
 
 So when esjax creates a run or a sweep here it **seals** what the directory names to run: an
-HMAC-SHA256 of it (the env and its ``env_kwargs``; a sweep's whole spec), keyed by a secret
+HMAC-SHA256 of it (the env and its ``env_kwargs``, and a policy named as code with its
+``[policy]`` table; a sweep's whole spec), keyed by a secret
 that lives in this user's data folder (``$ESJAX_TRUST_KEY``, else
 ``$XDG_DATA_HOME/esjax/trust.key``, else ``~/.local/share/esjax/trust.key``) and written
 as ``trust.sig`` in the directory. A copied directory carries its seal, but a seal made with
@@ -29,7 +31,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from esjax.config import ConfigError, TaskConfig
+from esjax import policy_kinds
+from esjax.config import ConfigError, TaskConfig, to_dict
 from esjax.envs import names_code
 from esjax.files import atomic_write, read_bytes
 
@@ -119,15 +122,25 @@ def _granted(directory: str | Path) -> bool:
 
 # ---------------------------------------------------------------------------- runs and sweeps
 def run_code(task: TaskConfig) -> dict[str, Any]:
-    """What a run's seal covers: the env it names and the arguments its factory gets."""
-    return {"env": task.env, "env_kwargs": task.env_kwargs}
+    """What a run's seal covers: the env it names and the arguments its factory gets, and a
+    policy named as code with the arguments its factory gets (only then, so that runs sealed
+    before policies could be code still verify)."""
+    covered = {"env": task.env, "env_kwargs": task.env_kwargs}
+    if policy_kinds.names_code(task.policy.kind):
+        covered["policy"] = to_dict(task.policy)
+    return covered
 
 
 def code_names(tasks: Iterable[TaskConfig]) -> list[str]:
-    """The code (``module:factory``, ``file.py:factory``) that ``tasks`` would import."""
-    return sorted(
-        {task.env for task in tasks if isinstance(task.env, str) and names_code(task.env)}
-    )
+    """The code (``module:factory``, ``file.py:factory``) that ``tasks`` would import, each
+    labelled with what it is (``env 'x.py:make'``, ``policy 'y.py:make'``)."""
+    names = set()
+    for task in tasks:
+        if isinstance(task.env, str) and names_code(task.env):
+            names.add(f"env {task.env!r}")
+        if policy_kinds.names_code(task.policy.kind):
+            names.add(f"policy {task.policy.kind!r}")
+    return sorted(names)
 
 
 def seal_run(run_dir: str | Path, task: TaskConfig) -> None:
@@ -160,9 +173,9 @@ def check_sweep(
 
 
 def _refusal(directory: str | Path, file: str, names: list[str]) -> UntrustedCode:
-    shown = ", ".join(repr(n) for n in names)
     return UntrustedCode(
-        f"{directory}: its {file} names code that esjax would import and run (env {shown}), "
+        f"{directory}: its {file} names code that esjax would import and run "
+        f"({', '.join(names)}), "
         "and it was not created by you on this machine (or was edited since); read that code, "
         "then pass --trust-code (trust_code=True in Python) to run it"
     )
