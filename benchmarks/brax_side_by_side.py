@@ -48,7 +48,7 @@ from brax.training.agents.es import train as es  # noqa: E402
 
 from esjax.cache import disable_compilation_cache  # noqa: E402
 from esjax.suite_brax import UNMAINTAINED_WARNING  # noqa: E402
-from esjax.training import build_engine, clear_engine_cache, resolve_config  # noqa: E402
+from esjax.training import clear_engine_cache, engine_for, resolve_config  # noqa: E402
 
 # Brax warns on every env it builds that its pipelines are no longer maintained.
 warnings.filterwarnings("ignore", message=UNMAINTAINED_WARNING, category=UserWarning)
@@ -208,7 +208,7 @@ def run_esjax(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     start = time.perf_counter()
     config = resolve_config(args.task, seed=seed, overrides=esjax_overrides(args))
-    _, engine = build_engine(config)
+    _, engine = engine_for(config)
     state = engine.init(jnp.asarray(config.seed_ids, jnp.int32))
     one = jnp.asarray(1, jnp.int32)
     next_eval, between = eval_schedule(args.steps, args.evals)

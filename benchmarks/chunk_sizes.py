@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 
 from esjax.cache import disable_compilation_cache  # noqa: E402
 from esjax.tasks import task_chunk_size  # noqa: E402
-from esjax.training import build_engine, clear_engine_cache, resolve_config  # noqa: E402
+from esjax.training import clear_engine_cache, engine_for, resolve_config  # noqa: E402
 
 
 def measure(args: argparse.Namespace, chunk: int) -> tuple[list[float], np.ndarray]:
@@ -43,7 +43,7 @@ def measure(args: argparse.Namespace, chunk: int) -> tuple[list[float], np.ndarr
     config = resolve_config(args.task, seed=args.seed, overrides=overrides)
     if task_chunk_size(config.task) is None:  # the rule that drops a task's pin off CPUs
         raise SystemExit(f"chunk_size pins apply on CPUs only, not on {jax.devices()[0].platform}")
-    _, engine = build_engine(config)
+    _, engine = engine_for(config)
     if args.generations > engine.block:
         raise SystemExit(f"--generations {args.generations}: a block holds {engine.block}")
     state = engine.init(jnp.asarray(config.seed_ids, jnp.int32))

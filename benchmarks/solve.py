@@ -33,8 +33,8 @@ from esjax.engine import phase_functions  # noqa: E402
 from esjax.runs import load_metrics  # noqa: E402
 from esjax.saved import evaluate_run  # noqa: E402
 from esjax.training import (  # noqa: E402
-    build_engine,
     clear_engine_cache,
+    engine_for,
     evolve,
     resolve_config,
 )
@@ -57,7 +57,7 @@ def time_phases(
     the others idle would hide that every core pays for the draw.
     """
     config = resolve_config("pendulum", strategy=strategy, popsize=popsize, overrides=overrides)
-    _, engine = build_engine(config)
+    _, engine = engine_for(config)
     fns = phase_functions(engine)
     sstate = engine.place(jax.tree.map(lambda x: x[0], engine.init(jnp.arange(1))).strategy)
     keys = engine.place(jax.random.split(jax.random.key(0), 3))

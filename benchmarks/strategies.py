@@ -44,8 +44,8 @@ from esjax.runs import load_metrics  # noqa: E402
 from esjax.saved import SavedPolicy, make_test_rollout  # noqa: E402
 from esjax.stats import mean_interval  # noqa: E402
 from esjax.training import (  # noqa: E402
-    build_engine,
     clear_engine_cache,
+    engine_for,
     evolve,
 )
 
@@ -79,7 +79,7 @@ def strategy_names() -> list[str]:
 
 def ask_tell_share(config: dict, repeats: int = 5) -> float:
     """(ask + tell) / (ask + rollout + tell) for one seed, each part compiled alone."""
-    _, engine = build_engine(config)
+    _, engine = engine_for(config)
     fns = phase_functions(engine)
     sstate = jax.tree.map(lambda x: x[0], engine.init(jnp.arange(1))).strategy
     keys = jax.random.split(jax.random.key(0), 3)

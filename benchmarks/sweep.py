@@ -34,12 +34,12 @@ def main() -> None:
     import jax.numpy as jnp
     import numpy as np
 
-    from esjax.training import _build_engine, resolve_config
+    from esjax.training import _make_engine, resolve_config
 
     config = resolve_config(args.task, overrides=args.overrides)
-    engines = {"divided": _build_engine(config)[1]}
+    engines = {"divided": _make_engine(config)}
     if args.pinned:
-        pinned = _build_engine(config)[1]
+        pinned = _make_engine(config)
         pinned.rollout.chunk_size = args.pinned  # read when the block is first traced
         engines[f"pinned {args.pinned}"] = pinned
     engine = engines["divided"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import importlib.util
 import json
 import os
 import warnings
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from esjax.files import atomic_write
+from esjax.suites import names_code
 
 ENV_DISABLE = "ESJAX_NO_CACHE"
 ENV_DIR = "ESJAX_CACHE_DIR"
@@ -136,35 +138,51 @@ def remembered(kind: str, key: Any, compute: Callable[[], Any]) -> Any:
     return value
 
 
-# Digests of the user code (a policy named as code) this process has built into programs; None
-# for code with no file behind it (a notebook's ``__main__``), whose edits could not be seen.
-_TRACED_CODE: set[str | None] = set()
+# What :func:`code_digest` says of code it cannot read (a notebook's or ``python -c``'s
+# ``__main__``): programs made from it are never kept, since an edit could not be seen.
+UNREADABLE_CODE = "unreadable"
 
 
-def note_traced_code(digest: str | None) -> None:
-    """Record that programs built from now on may trace user code with this source digest.
+def code_digest(name: Any) -> str | None:
+    """A digest of the Python a code-named env or policy kind comes from, or None for a name
+    that is data (a gymnax id, a suite's env, a built-in kind) or an object.
 
-    A caller's key names such code (a policy's ``module:factory``) but not what it says, so
-    its source keys every result kept from then on (:func:`kept_path`): an edited policy file
-    is traced again. Code that cannot be read (``None``) keeps nothing at all.
+    Every ``.py`` file in the folder of the module or file the name points at (an env's
+    dynamics often sit in a helper beside its factory). Programs kept across processes are
+    keyed by it, so edited code is traced again rather than read back as it was; code with no
+    file behind it is :data:`UNREADABLE_CODE`.
     """
-    _TRACED_CODE.add(digest)
+    if not isinstance(name, str) or not names_code(name):
+        return None
+    source = name.rpartition(":")[0]
+    if source.endswith(".py") or "/" in source or "\\" in source:
+        path: Path | None = Path(source)
+    else:
+        try:
+            spec = importlib.util.find_spec(source)
+        except (ImportError, ValueError):
+            spec = None
+        path = Path(spec.origin) if spec is not None and spec.origin else None
+    if path is None or not path.is_file():
+        return UNREADABLE_CODE
+    digest = hashlib.sha256()
+    for file in sorted(path.resolve().parent.glob("*.py")):
+        digest.update(file.name.encode())
+        digest.update(file.read_bytes())
+    return digest.hexdigest()
 
 
 def kept_path(subdirectory: str, kind: str, key: Any, suffix: str) -> Path | None:
-    """Where a result keyed by ``kind``, ``key``, :func:`code_fingerprint` and the user code
-    noted so far (:func:`note_traced_code`) is kept.
+    """Where a result keyed by ``kind``, ``key`` and :func:`code_fingerprint` is kept.
 
-    In ``subdirectory`` of JAX's compilation cache directory; None while that cache is off or
-    after code that cannot be read was noted.
+    In ``subdirectory`` of JAX's compilation cache directory; None while that cache is off.
     """
     import jax
 
     directory = jax.config.jax_compilation_cache_dir
-    if not directory or None in _TRACED_CODE:
+    if not directory:
         return None
-    traced = sorted(digest for digest in _TRACED_CODE if digest is not None)
-    parts = json.dumps([kind, key, code_fingerprint(), *traced], sort_keys=True, default=repr)
+    parts = json.dumps([kind, key, code_fingerprint()], sort_keys=True, default=repr)
     digest = hashlib.sha256(parts.encode()).hexdigest()[:32]
     return Path(directory) / subdirectory / f"{kind}-{digest}{suffix}"
 

@@ -43,7 +43,6 @@ from esjax.fitness import (
     to_fitness,
     ungroup_members,
 )
-from esjax.programs import KeptProgram
 from esjax.rollout import (
     ObsStats,
     PopulationRollout,
@@ -53,8 +52,10 @@ from esjax.rollout import (
     tree_select,
 )
 from esjax.strategies import (
+    Remember,
     Strategy,
     antithetic,
+    compute_now,
     population_path,
     traced_settings,
     with_settings,
@@ -152,27 +153,52 @@ class Engine:
       best member over the fixed evaluation episodes: deterministic actions, frozen statistics.
     """
 
-    rollout: PopulationRollout
-    eval_rollout: PopulationRollout
-    strategy: Strategy
-    unravel: Callable[[jax.Array], PyTree]
+    step: StepConfig  # what every generation is built from; the programs below are bound to it
     num_dims: int
     hyper_names: tuple[str, ...]
     bounds: dict[str, float]  # the env sampler's bounds (traced, see RunState.bounds)
-    rollouts: int
-    block: int
-    eval_episodes: int
-    normalize_obs: bool
-    sharding: Any
-    population_rollout: Callable
-    population_summary: Callable
+    sharding: NamedSharding
+    population_rollout: Callable[..., RolloutResult]
+    population_summary: Callable[..., PopulationSummary]
     init_batch: Callable[[jax.Array, dict[str, jax.Array], dict[str, jax.Array]], RunState]
     run_block: Callable[[RunState, jax.Array], tuple[RunState, dict[str, jax.Array]]]
     evaluate: Callable[[RunState], dict[str, jax.Array]]
 
     @property
+    def rollout(self) -> PopulationRollout:
+        return self.step.rollout
+
+    @property
+    def eval_rollout(self) -> PopulationRollout:
+        return self.step.eval_rollout
+
+    @property
+    def strategy(self) -> Strategy:
+        return self.step.strategy
+
+    @property
+    def unravel(self) -> Callable[[jax.Array], PyTree]:
+        return self.step.unravel
+
+    @property
+    def rollouts(self) -> int:
+        return self.step.rollouts
+
+    @property
+    def block(self) -> int:
+        return self.step.block
+
+    @property
+    def eval_episodes(self) -> int:
+        return self.step.eval_episodes
+
+    @property
+    def normalize_obs(self) -> bool:
+        return self.step.normalize_obs
+
+    @property
     def popsize(self) -> int:
-        return self.strategy.popsize
+        return self.step.popsize
 
     @property
     def hyper(self) -> dict[str, float]:
@@ -203,7 +229,8 @@ class Engine:
         spec = dataclasses.replace(spec, settings={**spec.settings, **settings})
         bounds = {k: values.get(k, v) for k, v in self.bounds.items()}
         strategy = dataclasses.replace(self.strategy, spec=spec)
-        return dataclasses.replace(self, strategy=strategy, bounds=bounds)
+        step = dataclasses.replace(self.step, strategy=strategy)
+        return dataclasses.replace(self, step=step, bounds=bounds)
 
     def place(self, tree: PyTree) -> PyTree:
         """Arrays placed as the compiled functions expect them (replicated on the devices)."""
@@ -219,6 +246,19 @@ class Engine:
 
     def mean_params(self, state: RunState) -> jax.Array:
         return state.strategy.mean
+
+    def output_trees(self) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        """``(block_tree, evaluation_tree)``: each takes the program's arguments and returns
+        the structure of what :attr:`run_block` and :attr:`evaluate` return, from shapes
+        alone (what :class:`esjax.programs.KeptProgram` needs to read a kept program back)."""
+        metrics = generation_metric_shapes(self.popsize)
+        pair = jax.ShapeDtypeStruct((2,), jnp.float32)  # of the (mean, best) members
+        evaluation = jax.tree.structure(jax.eval_shape(evaluation_metrics, pair, pair))
+
+        def block_tree(state: RunState, n_active: jax.Array) -> Any:
+            return jax.tree.structure((state, metrics))
+
+        return block_tree, lambda state: evaluation
 
 
 def flat_template(
@@ -503,8 +543,14 @@ def make_engine(
     block: int = 10,
     eval_episodes: int = 128,
     normalize_obs: bool = False,
+    remember: Remember = compute_now,
 ) -> Engine:
-    """Bind rollouts and a strategy (built by ``strategy_fn(num_dims)``, once) into an engine."""
+    """Bind rollouts and a strategy (built by ``strategy_fn(num_dims)``, once) into an engine.
+
+    The one place an :class:`Engine` is made. ``remember(kind, key, compute)`` may return a
+    result an earlier process computed for the same key (the host passes
+    :func:`esjax.cache.remembered`); nothing here reads or writes files itself.
+    """
     template, unravel = flat_template(rollout, jax.random.key(0))
     num_dims = int(template.size)
     strategy = strategy_fn(num_dims)
@@ -521,17 +567,10 @@ def make_engine(
     replicated = NamedSharding(config.mesh, P())
     bind = functools.partial
     return Engine(
-        rollout=rollout,
-        eval_rollout=eval_rollout,
-        strategy=strategy,
-        unravel=unravel,
+        step=config,
         num_dims=num_dims,
-        hyper_names=traced_settings(strategy),
+        hyper_names=traced_settings(strategy, remember),
         bounds=bounds,
-        rollouts=config.rollouts,
-        block=config.block,
-        eval_episodes=config.eval_episodes,
-        normalize_obs=config.normalize_obs,
         sharding=replicated,
         population_rollout=bind(population_rollout, config),
         population_summary=bind(population_summary, config),
@@ -555,28 +594,6 @@ def generation_metric_shapes(popsize: int) -> dict[str, jax.ShapeDtypeStruct]:
 def evaluation_metrics(mean: jax.Array, std: jax.Array) -> dict[str, jax.Array]:
     """What an evaluation reports, from the mean and std of the (mean, best) members' returns."""
     return {"eval_return": mean[0], "eval_best_return": mean[1], "eval_return_std": std[0]}
-
-
-def keep_programs(engine: Engine, key: Any) -> Engine:
-    """``engine`` with its block and evaluation kept across processes (:mod:`esjax.programs`).
-
-    ``key`` must name everything the engine was built from (a run's task, strategy, rollouts
-    and popsize); the arguments' shapes, the devices and the code are added to it.
-    """
-    metrics = generation_metric_shapes(engine.popsize)
-    pair = jax.ShapeDtypeStruct((2,), jnp.float32)  # of the (mean, best) members
-    evaluation = jax.tree.structure(jax.eval_shape(evaluation_metrics, pair, pair))
-
-    def block_tree(state: RunState, n_active: jax.Array) -> Any:
-        return jax.tree.structure((state, metrics))
-
-    return dataclasses.replace(
-        engine,
-        run_block=KeptProgram(engine.run_block, "block", key, block_tree, engine.place),
-        evaluate=KeptProgram(
-            engine.evaluate, "evaluation", key, lambda state: evaluation, engine.place
-        ),
-    )
 
 
 def _strong(tree: PyTree) -> PyTree:

@@ -193,47 +193,6 @@ class SuiteAdapter(Protocol):
 ENV_METHODS = tuple(name for name in vars(Env) if callable(vars(Env)[name]) and name[0] != "_")
 
 
-def names_code(env: str) -> bool:
-    """Whether env name ``env`` is code (``module:factory``, ``file.py:factory``) rather than
-    data (a gymnax id, ``SUITE:NAME``): making it would import a module or run a file."""
-    source, colon, _ = env.rpartition(":")
-    return bool(colon) and source not in suites.registered()
-
-
-# What :func:`code_digest` says of code it cannot read (a notebook's or ``python -c``'s
-# ``__main__``): programs made from it are never kept, since an edit could not be seen.
-UNREADABLE_CODE = "unreadable"
-
-
-def code_digest(env: Any) -> str | None:
-    """A digest of the Python a code-named env comes from, or None for a gymnax id, a suite's
-    env or an env object.
-
-    Every ``.py`` file in the folder of the module or file the name points at (an env's
-    dynamics often sit in a helper beside its factory). Programs kept across processes are
-    keyed by it, so an edited env is traced again rather than read back as it was; code with
-    no file behind it is :data:`UNREADABLE_CODE`.
-    """
-    if not isinstance(env, str) or not names_code(env):
-        return None
-    source = env.rpartition(":")[0]
-    if source.endswith(".py") or "/" in source or "\\" in source:
-        path: Path | None = Path(source)
-    else:
-        try:
-            spec = importlib.util.find_spec(source)
-        except (ImportError, ValueError):
-            spec = None
-        path = Path(spec.origin) if spec is not None and spec.origin else None
-    if path is None or not path.is_file():
-        return UNREADABLE_CODE
-    digest = hashlib.sha256()
-    for file in sorted(path.resolve().parent.glob("*.py")):
-        digest.update(file.name.encode())
-        digest.update(file.read_bytes())
-    return digest.hexdigest()
-
-
 def make_env(env: str | Env, env_kwargs: dict | None = None) -> tuple[Env, EnvParams]:
     """An env object and its default params from an env name (see above), or an env object.
 
@@ -248,7 +207,7 @@ def make_env(env: str | Env, env_kwargs: dict | None = None) -> tuple[Env, EnvPa
     if source in suites.registered():
         made = _suite_env(source, name, kwargs)
     else:
-        made = _call_factory(_load_factory(source, name, env), kwargs, env)
+        made = _call_factory(load_factory(source, name, env), kwargs, env)
     return check_env(made, env)
 
 
@@ -349,7 +308,7 @@ def _check_spaces(env: Env, params: EnvParams, where: str) -> None:
 _LOADED_FILES: dict[Path, types.ModuleType] = {}
 
 
-def _load_factory(source: str, attribute: str, name: str) -> Any:
+def load_factory(source: str, attribute: str, name: str) -> Any:
     """The object ``attribute`` names in module or file ``source``."""
     if source.endswith(".py") or "/" in source or "\\" in source:
         module = _load_file(Path(source), name)

@@ -26,7 +26,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from esjax import cache, envs, mirror, policy_kinds
+from esjax import envs, mirror, policy_kinds
 from esjax.config import ConfigError, PolicyConfig
 
 META_INPUTS = ("action", "reward", "done")
@@ -602,11 +602,10 @@ class CodePolicy(_Spec):
         return Network.feed_forward(made, input_size)
 
     def _make(self, input_size: int, outputs: int) -> nn.Module:
-        """The factory's module; its source keys the programs kept across processes."""
+        """The factory's module (its source keys the programs kept across processes: see
+        :func:`esjax.training.program_key`)."""
         source, _, attribute = self.factory.rpartition(":")
-        factory = envs._load_factory(source, attribute, self.factory)  # envs loads user code
-        digest = envs.code_digest(self.factory)
-        cache.note_traced_code(None if digest == envs.UNREADABLE_CODE else digest)
+        factory = envs.load_factory(source, attribute, self.factory)
         arguments = {"input_size": input_size, "output_size": outputs, **self.arguments}
         try:
             inspect.signature(factory).bind(**arguments)

@@ -19,15 +19,19 @@ on a 2-core CPU) is built while the first one runs instead of after it.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 from jax import export
 
 from esjax.cache import keep, kept_path
+
+if TYPE_CHECKING:  # the engine imports evosax, which starts JAX's backend on import
+    from esjax.engine import Engine
 
 SUBDIRECTORY = "esjax-programs"
 COMPILE_THREAD = "esjax-compile"
@@ -173,3 +177,17 @@ def _write(path: Path, exported: export.Exported) -> None:
     except ImportError:
         return
     keep(path, bytes(data))
+
+
+def keep_programs(engine: Engine, key: Any) -> Engine:
+    """``engine`` with its block and evaluation kept across processes.
+
+    ``key`` must name everything the engine was built from (a run's task, strategy, rollouts
+    and popsize); the arguments' shapes, the devices and the code are added to it.
+    """
+    block_tree, evaluation_tree = engine.output_trees()
+    return dataclasses.replace(
+        engine,
+        run_block=KeptProgram(engine.run_block, "block", key, block_tree, engine.place),
+        evaluate=KeptProgram(engine.evaluate, "evaluation", key, evaluation_tree, engine.place),
+    )

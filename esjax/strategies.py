@@ -33,7 +33,6 @@ from jax.sharding import PartitionSpec as P
 
 from esjax import algorithms, lazy_openes, presets
 from esjax.algorithms import OPTIMIZERS, SHAPING_FNS, Setting, settings_table
-from esjax.cache import remembered
 from esjax.cma import resolve_decomposition_every
 from esjax.config import LOOP_SETTINGS, ConfigError, LoopSettings, StrategySpec, suggest, to_dict
 from esjax.fitness import grouped_shaping
@@ -512,7 +511,17 @@ def with_settings(strategy: Strategy, values: Mapping[str, Any]) -> Strategy:
 BUILD_TIME_SETTINGS = frozenset({"popsize", "elite_ratio"})
 
 
-def traced_settings(strategy: Strategy) -> tuple[str, ...]:
+# ``remember(kind, key, compute)``: ``compute()``, or what an earlier process computed for ``key``.
+Remember = Callable[[str, Any, Callable[[], Any]], Any]
+
+
+def compute_now(kind: str, key: Any, compute: Callable[[], Any]) -> Any:
+    """A :data:`Remember` that remembers nothing: strategies read and write no files; the host
+    hands in one that keeps results on disk (:func:`esjax.cache.remembered`)."""
+    return compute()
+
+
+def traced_settings(strategy: Strategy, remember: Remember = compute_now) -> tuple[str, ...]:
     """The float settings that can be arrays inside the compiled generation, by trying it.
 
     A candidate is every setting whose value is a float. It is traced if building the strategy
@@ -554,7 +563,7 @@ def traced_settings(strategy: Strategy) -> tuple[str, ...]:
     # Tracing the strategy up to a dozen times is a noticeable share of a warm start.
     spec = strategy.spec
     key = [spec.algorithm, spec.settings, to_dict(spec.loop), strategy.num_dims, strategy.popsize]
-    return tuple(remembered("traced-settings", key, search))
+    return tuple(remember("traced-settings", key, search))
 
 
 def strategy_cost_hint(

@@ -106,6 +106,14 @@ def registered() -> dict[str, Suite]:
     return {name: module.SUITE for name, module in _adapters(SUITE_MODULES).items()}
 
 
+def names_code(name: str) -> bool:
+    """Whether an env or policy name is code (``module:factory``, ``file.py:factory``) rather
+    than data (a gymnax id, a registered suite's ``SUITE:NAME``, a built-in policy kind):
+    making it would import a module or run a file."""
+    source, colon, _ = name.rpartition(":")
+    return bool(colon) and source not in registered()
+
+
 def adapter(name: str) -> ModuleType:
     """The module adapting suite ``name``; see :class:`~esjax.envs.SuiteAdapter`."""
     return _adapters(SUITE_MODULES)[name]

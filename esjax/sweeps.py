@@ -34,7 +34,7 @@ from esjax.plotting import Group, plot_grid, plot_groups, plot_runs, solved_retu
 from esjax.presets import load_task
 from esjax.stats import interval_bounds
 from esjax.trackers import RunLogger, check_backends
-from esjax.training import Interrupted, build_engine, check_memory, complete_sizes, resolve_config
+from esjax.training import Interrupted, check_memory, complete_sizes, engine_for, resolve_config
 
 SWEEP = "sweep.json"
 # Seconds between checkpoints of a running program (every configuration's, together).
@@ -427,7 +427,7 @@ def programs(grid: Sequence[Configuration], resolved: Sequence[RunConfig]) -> li
                 members.append(index)
                 break
         else:
-            _, engine = build_engine(config)
+            _, engine = engine_for(config)
             traced = engine.traced_names
             found.append((structure(config, traced), traced, [index], engine))
     return [(members, engine) for _, _, members, engine in found]

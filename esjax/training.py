@@ -17,11 +17,12 @@ import json
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 
 from esjax import memory
+from esjax.cache import UNREADABLE_CODE, code_digest, remembered
 from esjax.config import (
     ConfigError,
     RunConfig,
@@ -31,15 +32,18 @@ from esjax.config import (
     check_finite,
     parse_override,
 )
-from esjax.envs import UNREADABLE_CODE, code_digest
 from esjax.lifecycle import Interrupted, LostProcess, Run, RunSummary, backend_modules
 from esjax.loop import drive
 from esjax.popsize_rule import apply_popsize_rule
 from esjax.presets import load_task
+from esjax.programs import keep_programs
 from esjax.tasks import check_task, forget_shared_rollouts, make_rollout, shared_rollout
 from esjax.version import __version__
 
-__all__ = ["Interrupted", "LostProcess", "RunSummary", "build_engine", "evolve", "resolve_config"]
+__all__ = ["Interrupted", "LostProcess", "RunSummary", "engine_for", "evolve", "resolve_config"]
+
+if TYPE_CHECKING:  # the engine imports evosax, which starts JAX's backend on import
+    from esjax.engine import Engine
 
 # Generations one compiled block scans; evaluation intervals longer than this take several.
 MAX_BLOCK = 50
@@ -146,8 +150,8 @@ def complete_sizes(config: RunConfig) -> RunConfig:
     )
 
 
-def build_engine(config: RunConfig):
-    """``(task, engine)`` for a resolved config.
+def engine_for(config: RunConfig) -> tuple[TaskConfig, Engine]:
+    """``(task, engine)`` for a resolved config, made by :func:`esjax.engine.make_engine`.
 
     Engines are kept for the life of the process (a few at most), so evolving, resuming or
     re-running the same configuration does not compile it again.
@@ -156,11 +160,11 @@ def build_engine(config: RunConfig):
     if key not in _ENGINES:
         while len(_ENGINES) >= _MAX_ENGINES:
             _ENGINES.pop(next(iter(_ENGINES)))
-        _ENGINES[key] = _build_engine(config)
+        _ENGINES[key] = (config.task, _make_engine(config))
     return _ENGINES[key]
 
 
-_ENGINES: dict[str, Any] = {}
+_ENGINES: dict[str, tuple[TaskConfig, Engine]] = {}
 _MAX_ENGINES = 4
 
 
@@ -208,7 +212,25 @@ def check_memory(config: RunConfig) -> None:
 _FITS: set[str] = set()
 
 
-def _build_engine(config: RunConfig):
+def program_key(config: RunConfig) -> dict[str, Any] | None:
+    """What a run's kept programs are keyed by, or None where they must not be kept.
+
+    Later processes with this config read its programs back instead of tracing them again. A
+    user's env and policy (named as code) are part of the key by their source, so edited code
+    is traced again; code whose source cannot be read is never kept.
+    """
+    key = config.program()
+    sources = {"env_source": config.task.env, "policy_source": config.task.policy.kind}
+    for field, name in sources.items():
+        source = code_digest(name)
+        if source == UNREADABLE_CODE:
+            return None
+        if source is not None:
+            key = {**key, field: source}
+    return key
+
+
+def _make_engine(config: RunConfig) -> Engine:
     engines, _, strategies = backend_modules()
     task = config.task
     spec = _strategy_spec(config)
@@ -231,19 +253,16 @@ def _build_engine(config: RunConfig):
         block=min(task.evaluation.every, MAX_BLOCK),
         eval_episodes=task.evaluation.episodes,
         normalize_obs=task.normalize_obs,
+        remember=remembered,
     )
-    # Later processes with this config read its programs back instead of tracing them again;
-    # a user's env is part of the key by its source, so an edited one is traced again (and one
-    # whose source cannot be read is never kept).
-    key, source = config.program(), code_digest(task.env)
-    if source != UNREADABLE_CODE:
-        key = key if source is None else {**key, "env_source": source}
-        engine = engines.keep_programs(engine, key)
+    key = program_key(config)
+    if key is not None:
+        engine = keep_programs(engine, key)
     steps = config.rollouts * engine.rollout.episode_length
     hint = strategies.strategy_cost_hint(spec, engine.num_dims, engine.popsize, steps)
     if hint:
         warnings.warn(hint, stacklevel=4)
-    return task, engine
+    return engine
 
 
 def _default_run_dir(config: RunConfig) -> Path:
@@ -311,7 +330,7 @@ def evolve(
         run = Run.create(out, config, overwrite=overwrite, writer=writer)
 
     with run:
-        _, engine = build_engine(run.config)
+        _, engine = engine_for(run.config)
         run.begin(engine)
         drive(
             engine,

@@ -33,8 +33,8 @@ from typing import Any
 
 from esjax import policy_kinds
 from esjax.config import ConfigError, TaskConfig, to_dict
-from esjax.envs import names_code
 from esjax.files import atomic_write, read_bytes
+from esjax.suites import names_code
 
 KEY_ENV = "ESJAX_TRUST_KEY"
 SEAL = "trust.sig"

@@ -198,6 +198,7 @@ def test_remembered_keeps_a_result_beside_the_cache_and_only_while_it_is_on(tmp_
 def test_traced_settings_read_back_equal_the_ones_found_by_tracing(tmp_path):
     import jax
 
+    from esjax.cache import remembered
     from esjax.strategies import build_strategy, load_strategy, traced_settings
 
     saved = jax.config.jax_compilation_cache_dir
@@ -205,11 +206,12 @@ def test_traced_settings_read_back_equal_the_ones_found_by_tracing(tmp_path):
         for name in ("open_es", "cma_es"):
             strategy = build_strategy(load_strategy(name), 40, 8)
             jax.config.update("jax_compilation_cache_dir", None)
-            found = traced_settings(strategy)
+            found = traced_settings(strategy, remembered)
             assert "std_init" in found
             jax.config.update("jax_compilation_cache_dir", str(tmp_path))
-            assert traced_settings(strategy) == found  # computed and written
-            assert traced_settings(strategy) == found  # read back
+            assert traced_settings(strategy, remembered) == found  # computed and written
+            assert traced_settings(strategy, remembered) == found  # read back
+            assert traced_settings(strategy) == found  # strategies alone keep nothing
         assert len(list((tmp_path / "esjax-remembered").iterdir())) == 2
     finally:
         jax.config.update("jax_compilation_cache_dir", saved)

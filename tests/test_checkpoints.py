@@ -23,7 +23,7 @@ from esjax import runs
 from esjax.config import ConfigError
 from esjax.engine import from_host, to_host
 from esjax.lifecycle import HOST_ARRAYS, migrate_checkpoint
-from esjax.training import build_engine, evolve
+from esjax.training import engine_for, evolve
 
 DATA = Path(__file__).parent / "data"
 RECORD = json.loads((DATA / "run-v1-continued.json").read_text())
@@ -75,7 +75,7 @@ def new_run(tmp_path_factory) -> Path:
 def template(new_run):
     """The engine state a fresh start of ``run-v1``'s config begins from (generation 0)."""
     config = runs.read_run_config(new_run)
-    engine = build_engine(config)[1]
+    engine = engine_for(config)[1]
     return engine.init(jnp.arange(config.seed, config.seed + config.seeds))
 
 

@@ -250,7 +250,7 @@ def test_two_cpu_devices_with_seeds(tmp_path):
         assert strip(ra) == strip(rb), (ra, rb)
         assert {{r["seed"] for r in ra}} == {{0, 1}}
         assert a.final_eval_return == b.final_eval_return
-        from esjax.training import build_engine, _ENGINES
+        from esjax.training import engine_for, _ENGINES
         (task, engine), = {{id(v): v for v in _ENGINES.values()}}.values()
         assert engine.run_block._cache_size() == 1, engine.run_block._cache_size()
         print("ok")
@@ -358,8 +358,7 @@ def test_a_reward_shift_trains_on_shifted_returns_and_evaluates_on_the_envs(tmp_
 
 def test_an_evaluation_compiled_in_the_background_gives_the_same_numbers():
     """The program built in a thread is the one a call builds itself: same bits, one compile."""
-    from esjax.engine import keep_programs
-    from esjax.programs import compiling_in_background
+    from esjax.programs import compiling_in_background, keep_programs
 
     def kept():
         return keep_programs(small_engine(normalize_obs=False), key="background-test")

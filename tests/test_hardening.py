@@ -323,7 +323,7 @@ def test_read_only_output_fails_before_compiling(tmp_path):
             raise AssertionError("compiled before checking the output directory")
 
         tempfile.mkstemp = refuse
-        esjax.training.build_engine = no_compiling
+        esjax.training.engine_for = no_compiling
         from esjax.cli import main
         sys.argv = ["esjax", *sys.argv[1:]]
         main()

@@ -14,21 +14,24 @@ from pathlib import Path
 
 import pytest
 
+from esjax.suites import package_modules  # imports no JAX and no suite
+
 PACKAGE = Path(__file__).resolve().parents[1] / "esjax"
 
 # Every module's layer; a new module must be placed here.
 LAYERS = {
-    "specs": ["config", "presets", "popsize_rule", "version", "stats", "digits", "files"],
+    "specs": ["config", "policy_kinds", "presets", "popsize_rule", "version", "stats", "digits"],
     "pure JAX": [
-        "suite_base", "suite_xminigrid", "suite_jumanji", "suite_craftax", "suite_playground",
-        "suite_brax", "suites", "envs", "episode", "policies", "mirror", "rollout", "sharding",
+        "suites", "suite_base", *package_modules(), "envs", "episode", "policies", "mirror",
+        "rollout", "sharding",
         "distributed", "algorithms",
         "strategies", "cma", "population", "lazy_openes", "draw", "fitness", "engine", "baselines",
         "tasks",
-        "memory", "cache", "programs", "preflight",
+        "preflight",
     ],
     "host": [
-        "runs", "trust", "lifecycle", "loop", "training", "saved", "sweeps", "meta", "plotting",
+        "files", "memory", "cache", "programs", "runs", "trust", "lifecycle", "loop", "training",
+        "saved", "sweeps", "meta", "plotting",
         "render", "trackers", "evaluation", "reporting",
     ],
     "interface": [
@@ -47,7 +50,7 @@ def imports() -> dict[str, list[tuple[str, bool]]]:
     found: dict[str, list[tuple[str, bool]]] = {}
     for path in sorted(PACKAGE.glob("*.py")):
         tree = ast.parse(path.read_text())
-        top = {id(node) for node in tree.body}
+        top = _top_level(tree)
         edges = found.setdefault(path.stem, [])
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("esjax"):
@@ -95,7 +98,7 @@ def test_every_import_inside_a_function_says_why():
     for path in sorted(PACKAGE.glob("*.py")):
         source = path.read_text()
         tree = ast.parse(source)
-        top = {id(node) for node in tree.body}
+        top = _top_level(tree)
         lines = source.splitlines()
         for node in ast.walk(tree):
             names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
@@ -104,6 +107,50 @@ def test_every_import_inside_a_function_says_why():
             if inside and "#" not in lines[node.end_lineno - 1]:
                 silent.append(f"{path.name}:{node.lineno}")
     assert not silent, silent
+
+
+# What counts as I/O: threads and processes, and reading or writing files.
+IO_MODULES = {"threading", "concurrent", "multiprocessing", "subprocess", "tempfile", "shutil"}
+IO_CALLS = {
+    "open", "read_text", "write_text", "read_bytes", "write_bytes", "mkdir", "makedirs",
+    "unlink", "remove", "rmdir", "rename", "replace", "touch", "iterdir", "glob", "rglob",
+    "listdir", "scandir", "fsync",
+}  # fmt: skip
+# The one file the layers below the host read: a task's TOML, which is what a spec is made from.
+IO_ALLOWED = {("config", "open")}
+
+
+def io_below_the_host() -> list[str]:
+    """Every thread, process or file call in a module below the host layer, by ``ast``."""
+    found = []
+    for path in sorted(PACKAGE.glob("*.py")):
+        if RANK.get(path.stem, 0) >= RANK["runs"]:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found += [f"{path.stem} imports {n}" for n in names if n.split(".")[0] in IO_MODULES]
+            if isinstance(node, ast.Call):
+                func = node.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                # ``str.replace`` and friends share names with file calls: only calls on ``os``,
+                # on a path, or the builtin ``open`` are I/O.
+                receiver = ast.unparse(func.value) if isinstance(func, ast.Attribute) else ""
+                on_file = (
+                    receiver == "os"
+                    or "file" in receiver
+                    or ("path" in receiver.lower() and receiver != "sys.path")
+                )
+                io = name in IO_CALLS and (on_file or not receiver)
+                if io and (path.stem, name) not in IO_ALLOWED:
+                    found.append(f"{path.stem}:{node.lineno} calls {name}")
+    return found
+
+
+def test_no_files_or_threads_below_the_host_layer():
+    """Specs and the pure JAX layer compute; reading and writing files, threads and processes
+    belong to the host (runs, caches, kept programs, the memory probe) and above."""
+    assert not io_below_the_host()
 
 
 def test_importing_esjax_leaves_the_jax_backend_to_esjax_distributed():
@@ -127,6 +174,16 @@ def test_the_checks_can_fail():
     ]
     with pytest.raises(AssertionError):
         assert RANK["cli"] <= RANK["config"]
+
+
+def _top_level(tree: ast.Module) -> set[int]:
+    """Statements run at import: the module's own, and those under ``if TYPE_CHECKING:`` (an
+    import for type hints only, which is still an edge of the graph but never a deferred one)."""
+    top = {id(node) for node in tree.body}
+    for node in tree.body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            top |= {id(inner) for inner in node.body}
+    return top
 
 
 def _layer(module: str) -> str:

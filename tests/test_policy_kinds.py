@@ -94,18 +94,26 @@ def test_a_bad_factory_is_one_line(factory, expected):
     assert expected in str(info.value) and "\n" not in str(info.value)
 
 
-def test_a_policys_source_keys_the_kept_programs(monkeypatch, tmp_path):
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path))
-    try:
-        monkeypatch.setattr(cache, "_TRACED_CODE", set())
-        plain = cache.kept_path("p", "block", {"a": 1}, ".x")
-        cache.note_traced_code("digest-1")
-        one = cache.kept_path("p", "block", {"a": 1}, ".x")
-        cache.note_traced_code(None)
-        assert plain is not None and one is not None and plain != one
-        assert cache.kept_path("p", "block", {"a": 1}, ".x") is None
-    finally:
-        jax.config.update("jax_compilation_cache_dir", None)
+def test_a_policys_source_keys_the_kept_programs(tmp_path):
+    """Kept programs are keyed by a code policy's source: an edit beside the factory changes
+    the key, so an edited policy is traced again; code with no file behind it is never kept."""
+    from esjax.training import program_key, resolve_config
+
+    policy = tmp_path / "mine" / "policy.py"
+    policy.parent.mkdir()
+    shutil.copy(TOY, policy)
+
+    def key(kind: str) -> dict | None:
+        return program_key(resolve_config("cartpole", overrides=[f"policy.kind={kind}"]))
+
+    plain = program_key(resolve_config("cartpole"))
+    assert plain is not None and "policy_source" not in plain
+    before = key(f"{policy}:make")
+    assert before is not None and before["policy_source"] == cache.code_digest(f"{policy}:make")
+    (policy.parent / "helper.py").write_text("SCALE = 2\n")  # a file beside it counts too
+    after = key(f"{policy}:make")
+    assert after is not None and after["policy_source"] != before["policy_source"]
+    assert cache.code_digest("no_such_module_anywhere:make") == cache.UNREADABLE_CODE
 
 
 def cli(*args: object) -> tuple[int, str]:

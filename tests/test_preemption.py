@@ -230,7 +230,7 @@ def test_a_stop_while_the_evaluation_compiles_does_not_wait_for_it(tmp_path, mon
     from esjax import loop
 
     evolve_module = importlib.import_module("esjax.training")
-    real_build = evolve_module.build_engine
+    real_build = evolve_module.engine_for
     calls = {"evaluate": 0}
 
     def build(config):
@@ -261,7 +261,7 @@ def test_a_stop_while_the_evaluation_compiles_does_not_wait_for_it(tmp_path, mon
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
     try:
         with monkeypatch.context() as patch:
-            patch.setattr(evolve_module, "build_engine", build)
+            patch.setattr(evolve_module, "engine_for", build)
             patch.setattr(loop, "_compiling", compiling)
             with pytest.raises(Interrupted) as err:
                 evolve("pendulum", generations=TOTAL, out=tmp_path / "run", **RUN)
@@ -454,7 +454,7 @@ def test_nonfinite_settings_are_refused_before_compiling(tmp_path, case, monkeyp
     def no_building(config):
         raise AssertionError("built an engine for a non-finite setting")
 
-    monkeypatch.setattr(sys.modules["esjax.training"], "build_engine", no_building)
+    monkeypatch.setattr(sys.modules["esjax.training"], "engine_for", no_building)
     with pytest.raises(ConfigError, match="must be a finite number") as err:
         evolve("pendulum", out=tmp_path / "run", **{**RUN, "overrides": [*SMALL, *NONFINITE[case]]})
     assert "\n" not in str(err.value)

@@ -592,7 +592,7 @@ def test_worst_episodes_averages_each_members_lowest_returns(fraction):
 def test_worst_episodes_reaches_the_strategy_through_the_rollout_summary():
     """The summary a generation ranks against every member's episodes from the same keys,
     reduced here in numpy."""
-    from esjax.training import build_engine, resolve_config
+    from esjax.training import engine_for, resolve_config
 
     config = resolve_config(
         "pendulum-sign",
@@ -600,7 +600,7 @@ def test_worst_episodes_reaches_the_strategy_through_the_rollout_summary():
         generations=1,
         overrides=["strategy_settings.worst_episodes=0.25", "policy.hidden=[4]"],
     )
-    _, engine = build_engine(config)
+    _, engine = engine_for(config)
     flat = 0.3 * jax.random.normal(jax.random.key(6), (8, engine.num_dims))
     params = engine.policy_params(flat)
     key = jax.random.key(7)

@@ -23,8 +23,8 @@ import pytest
 
 from esjax import suites
 from esjax.config import ConfigError
-from esjax.envs import SuiteAdapter, check_env, make_env, names_code
-from esjax.suites import RegistryError, Suite, package_modules, registered, suite_rows
+from esjax.envs import SuiteAdapter, check_env, make_env
+from esjax.suites import RegistryError, Suite, names_code, package_modules, registered, suite_rows
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
