@@ -604,17 +604,16 @@ class TaskConfig:
             )
 
 
-def parse_task(raw: Mapping[str, Any], source: str) -> TaskConfig:
-    """A :class:`TaskConfig` from a TOML table; ``source`` names the file in messages."""
+def parse_task(
+    raw: Mapping[str, Any], source: str, overrides: Sequence[str] = ()
+) -> TaskConfig:
+    """A :class:`TaskConfig` from a TOML table with ``--set`` ``overrides`` applied first,
+    validated as one; ``source`` names the file in messages. (Finding and reading the table is
+    :func:`esjax.presets.load_task`'s job.)"""
+    if overrides:
+        raw = apply_overrides(raw, overrides)
     check_finite(raw, f"{source}:")
     return parse_into(TaskConfig, raw, f"{source}:")
-
-
-def task_with_overrides(
-    raw: Mapping[str, Any], overrides: Sequence[str], source: str
-) -> TaskConfig:
-    """A task preset's table with ``--set`` overrides applied, validated as one."""
-    return parse_task(apply_overrides(raw, overrides), source)
 
 
 def check_finite(value: Any, where: str) -> None:

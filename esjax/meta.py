@@ -184,7 +184,7 @@ def grid_axes(run_dir: str | Path, specs: Sequence[str] = ()) -> dict[str, tuple
 def _preset_grid(config: Any) -> dict[str, Any]:
     """The grid of the preset the run was made from, when the run's env is still that one."""
     try:
-        _, preset, _, _ = load_task(config.task_name)
+        preset = load_task(config.task_name).task
     except ConfigError:
         return {}
     return to_dict(preset.grid) if preset.env == config.task.env else {}

@@ -14,17 +14,6 @@ from esjax.presets import load_task
 from esjax.tasks import check_task
 
 
-def checked_task(task: str | Path, overrides: Sequence[str] = ()) -> TaskConfig:
-    """The task (a preset name or a TOML file) with ``overrides`` applied, checked.
-
-    Errors are :class:`~esjax.config.ConfigError` naming the task's source file; the checks are
-    :func:`esjax.tasks.check_task`'s (the library decides what an env id and its params are).
-    """
-    _, config, _, source = load_task(task, overrides)
-    check_task(config, source)
-    return config
-
-
 def checked_start(
     task: str | Path | None,
     overrides: Sequence[str] = (),
@@ -42,4 +31,8 @@ def checked_start(
         raise ConfigError("missing TASK: a preset name (see `esjax list`) or a TOML file")
     if resume and out is None:
         raise ConfigError(f"--resume needs the {directory} directory: --out {directory.upper()}")
-    return checked_task(task, overrides) if task is not None else None
+    if task is None:
+        return None
+    loaded = load_task(task, overrides)
+    check_task(loaded.task, loaded.source)  # the env's own library decides its ids and params
+    return loaded.task

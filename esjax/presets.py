@@ -8,16 +8,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from esjax.config import (
-    ConfigError,
-    TaskConfig,
-    load_toml,
-    suggest,
-    task_with_overrides,
-    to_dict,
-)
+from esjax.config import ConfigError, TaskConfig, load_toml, parse_task, suggest, to_dict
 
 FOLDERS = {"task": "tasks", "strategy": "strategies"}
 _HERE = Path(__file__).resolve().parent
@@ -57,36 +50,56 @@ def locate(kind: str, name_or_path: str) -> tuple[str, dict[str, Any], str]:
     return name_or_path, load_toml(path), f"{FOLDERS[kind]}/{name_or_path}.toml"
 
 
-def load_task(
-    task: str | Path | TaskConfig, overrides: Sequence[str] = ()
-) -> tuple[str, TaskConfig, dict, str]:
-    """``(name, task, table before overrides, source)`` of a preset name, a path or a task.
+class LoadedTask(NamedTuple):
+    """A task as :func:`load_task` found it."""
 
-    The one place a task preset is read and validated (``--set`` overrides applied first).
+    name: str  # the preset's name or the file's stem: runs are named after it
+    task: TaskConfig  # parsed and validated, overrides applied, code files made absolute
+    raw: dict[str, Any]  # the table before overrides (a run records what it was given)
+    source: str  # the file it came from, for messages
+
+
+def load_task(task: str | Path | TaskConfig, overrides: Sequence[str] = ()) -> LoadedTask:
+    """A preset name, a path to a TOML file or a task, with ``--set`` ``overrides`` applied.
+
+    The one place a task is found, read and validated; what its env makes of it is checked
+    by :func:`esjax.tasks.check_task`, which needs the env's library.
     """
     if isinstance(task, TaskConfig):
         raw, source = to_dict(task), "task"
         name = Path(task.env).stem.lower() or "task"
-        return name, task_with_overrides(raw, overrides, source), raw, source
+        return LoadedTask(name, parse_task(raw, source, overrides), raw, source)
     name, raw, source = locate("task", str(task))
-    parsed = task_with_overrides(raw, overrides, source)
-    return name, anchor_env_file(parsed, Path(source).parent), raw, source
+    parsed = parse_task(raw, source, overrides)
+    return LoadedTask(name, anchor_code_files(parsed, Path(source).parent), raw, source)
 
 
-def anchor_env_file(task: TaskConfig, folder: Path) -> TaskConfig:
-    """A task whose env is ``file.py:factory``, with the file's path made absolute.
+def anchor_code_files(task: TaskConfig, folder: Path) -> TaskConfig:
+    """A task whose env or policy kind is ``file.py:factory``, with the file's path absolute.
 
     A relative path is read beside the task file when the file is there, else from the working
     directory; made absolute once, here, the run's ``config.json`` names the same file when
     the run is resumed, evaluated or rendered from any other directory.
     """
-    file, sep, factory = task.env.rpartition(":")
+    env = _anchored(task.env, folder)
+    kind = _anchored(task.policy.kind, folder)
+    if env != task.env:
+        task = dataclasses.replace(task, env=env)
+    if kind != task.policy.kind:
+        task = dataclasses.replace(task, policy=dataclasses.replace(task.policy, kind=kind))
+    return task
+
+
+def _anchored(name: str, folder: Path) -> str:
+    """``name`` with a relative ``file.py`` made absolute where that file exists (a missing one
+    is named when the code is loaded)."""
+    file, sep, factory = name.rpartition(":")
     if not sep or not file.endswith(".py") or Path(file).is_absolute():
-        return task
+        return name
     for candidate in (folder / file, Path(file)):
         if candidate.is_file():
-            return dataclasses.replace(task, env=f"{candidate.resolve()}:{factory}")
-    return task  # esjax.envs names the missing file when the env is made
+            return f"{candidate.resolve()}:{factory}"
+    return name
 
 
 def describe(kind: str) -> list[tuple[str, str]]:

@@ -153,3 +153,19 @@ def test_a_code_kind_is_a_code_policy_with_the_tables_other_keys():
     config = parse_task({"env": "Pendulum-v1", "policy": {"kind": "m:f", "width": 3}}, "t").policy
     assert policy_spec(config) == CodePolicy("m:f", {"width": 3})
     assert to_dict(config)["width"] == 3
+
+
+def test_a_relative_policy_file_is_read_beside_the_task_file(tmp_path, monkeypatch):
+    """As for a user's env file: ``policy.kind = "toy.py:make"`` in a task file means the file
+    beside it, made absolute once so the run's config names it from any directory."""
+    from esjax.presets import load_task
+
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    shutil.copy(TOY, folder / "toy.py")
+    task_file = folder / "mine.toml"
+    task_file.write_text('env = "CartPole-v1"\n\n[policy]\nkind = "toy.py:make"\n')
+    monkeypatch.chdir(tmp_path)  # the file is not in the working directory
+    loaded = load_task(str(task_file))
+    assert loaded.task.policy.kind == f"{(folder / 'toy.py').resolve()}:make"
+    assert loaded.raw["policy"]["kind"] == "toy.py:make"  # what the user wrote, kept
