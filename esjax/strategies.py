@@ -598,15 +598,20 @@ def strategy_cost_hint(
     )
 
 
-# Strategies whose population is never materialised, tried in order: the first whose
-# ``applies`` accepts a run's strategy steps it (:func:`population_path`). A new one is a module
-# implementing :class:`esjax.population.LazyStrategy` and a line here.
+# Lazy forms of algorithms esjax does not own (evosax's OpenES), tried in order after the
+# algorithm's own: the first whose ``applies`` accepts a run's strategy steps it
+# (:func:`population_path`). An algorithm of esjax's or a user's declares its lazy form itself,
+# as a ``lazy_form`` class attribute, so a new strategy is one module and its line in
+# :data:`esjax.algorithms.REGISTRY`.
 LAZY_STRATEGIES: tuple[LazyStrategy, ...] = (lazy_openes.LAZY_OPENES,)
 
 
 def lazy_form(strategy: Strategy) -> LazyStrategy | None:
-    """The lazy strategy that computes exactly what ``strategy`` would, or None."""
-    return next((lazy for lazy in LAZY_STRATEGIES if lazy.applies(strategy)), None)
+    """The lazy strategy that computes exactly what ``strategy`` would, or None: the
+    algorithm's own ``lazy_form``, else the first of :data:`LAZY_STRATEGIES` that applies."""
+    own = getattr(type(strategy.es), "lazy_form", None)
+    candidates = (own, *LAZY_STRATEGIES) if own is not None else LAZY_STRATEGIES
+    return next((lazy for lazy in candidates if lazy.applies(strategy)), None)
 
 
 def population_floats(strategy: Strategy, devices: int) -> int:

@@ -1,0 +1,144 @@
+"""The strategy door: a strategy from outside esjax (tests/data/toy_strategy.py), registered by
+one line, whose population is never materialised, checked against its own matrix form and
+trained from the command line. This is CONTRIBUTING.md's third recipe, exercised."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import io
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from esjax import algorithms
+from esjax.fitness import to_fitness
+from esjax.population import LazyMembers
+from esjax.strategies import (
+    build_strategy,
+    lazy_form,
+    load_strategy,
+    population_floats,
+    population_path,
+)
+
+DATA = Path(__file__).resolve().parent / "data"
+NUM_DIMS = 7
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    """``toy_strategy`` registered as ``KeyedES``: the one line a new strategy adds."""
+    monkeypatch.syspath_prepend(str(DATA))
+    module = importlib.import_module("toy_strategy")
+    monkeypatch.setitem(algorithms.REGISTRY, "KeyedES", module.KeyedES)
+    return module
+
+
+def keyed(popsize: int = 8, num_dims: int = NUM_DIMS, **settings):
+    spec = load_strategy("KeyedES", {"popsize": popsize, **settings})
+    return build_strategy(spec, num_dims)
+
+
+def test_its_settings_are_discovered_and_its_lazy_form_is_found(toy):
+    strategy = keyed(learning_rate=0.2, std_init=0.3)
+    assert type(strategy.es) is toy.KeyedES
+    assert float(strategy.es.std_schedule(0)) == pytest.approx(0.3)
+    assert isinstance(lazy_form(strategy), toy.KeyedLazy)
+    assert lazy_form(keyed(l2_penalty=0.1)) is None  # where it is not exact, the matrix
+    assert population_floats(strategy, devices=1) == 2 * NUM_DIMS  # what the preflight charges
+
+
+def test_the_lazy_members_and_tell_equal_the_matrix_forms(toy):
+    """Member by member, the lazy population is the matrix evosax's ``ask`` returns; two
+    tells from it equal the algorithm's own ``tell`` handed that matrix."""
+    strategy = keyed(learning_rate=0.1, std_init=0.5)
+    state = strategy.init(jax.random.key(0), jnp.linspace(-1.0, 1.0, NUM_DIMS))
+    path = population_path(strategy, lambda flat: flat)
+    lazy_state = matrix_state = state
+    for generation in range(2):
+        key = jax.random.key(10 + generation)
+        lazy, _ = path.ask(key, lazy_state)
+        assert isinstance(lazy, LazyMembers)
+        matrix, _ = strategy.ask(key, matrix_state)
+        rows = jax.vmap(lazy.member)(lazy.members())
+        # The same noise; ``mean + std * z`` may round differently where it fuses into one
+        # multiply-add.
+        np.testing.assert_allclose(rows, matrix, rtol=1e-6, atol=1e-6)
+        fitness = to_fitness(jnp.sin(jnp.arange(8.0) * (generation + 1)))
+        lazy_state = path.tell(key, lazy, fitness, lazy_state)
+        matrix_state = strategy.tell(key, matrix, fitness, matrix_state)
+        # The matrix form recovers each row's noise as (x - mean) / std: equal to rounding.
+        np.testing.assert_allclose(lazy_state.mean, matrix_state.mean, rtol=1e-6, atol=1e-7)
+    assert int(lazy_state.generation_counter) == int(matrix_state.generation_counter) == 2
+
+
+def shapes_in(jaxpr) -> set[tuple[int, ...]]:
+    """Every value's shape in a jaxpr, through scans, loops, conds and nested calls."""
+    found = set()
+    for eqn in jaxpr.eqns:
+        found |= {tuple(v.aval.shape) for v in eqn.outvars if hasattr(v.aval, "shape")}
+        for param in eqn.params.values():
+            for inner in param if isinstance(param, list | tuple) else [param]:
+                inner = getattr(inner, "jaxpr", inner)
+                if hasattr(inner, "eqns"):
+                    found |= shapes_in(inner)
+    return found
+
+
+def test_a_generation_never_holds_the_population(toy, monkeypatch):
+    """In chunks of 8 of a population of 64, no value of a traced generation block has the
+    population's shape (64 x parameters); with the lazy form taken away, one does."""
+    import esjax.engine
+    import esjax.strategies
+    from esjax.training import clear_engine_cache, engine_for, resolve_config
+
+    hidden = ["policy.hidden=[8]"]
+    config = resolve_config("cartpole", strategy="KeyedES", popsize=64, overrides=hidden)
+
+    def traced_shapes() -> tuple[set[tuple[int, ...]], int]:
+        clear_engine_cache()
+        _, engine = engine_for(config)
+        engine.rollout.chunk_size = 8  # read when the block is traced
+        block = functools.partial(esjax.engine.run_block, engine.step)
+        state = engine.init(jnp.arange(1))
+        jaxpr = jax.make_jaxpr(block)(state, jnp.asarray(1, jnp.int32)).jaxpr
+        return shapes_in(jaxpr), engine.num_dims
+
+    try:
+        lazy_shapes, num_dims = traced_shapes()
+        assert not {(64, num_dims), (1, 64, num_dims)} & lazy_shapes
+        monkeypatch.setattr(esjax.strategies, "lazy_form", lambda strategy: None)
+        matrix_shapes, _ = traced_shapes()
+        assert {(64, num_dims), (1, 64, num_dims)} & matrix_shapes  # the check can see one
+    finally:
+        clear_engine_cache()
+
+
+def cli(*args: object) -> tuple[int, str]:
+    """``esjax ARGS`` in this process: ``(exit code, stdout and stderr)``."""
+    from esjax.cli import app
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            code = app([str(a) for a in args], prog_name="esjax", standalone_mode=False)
+        except SystemExit as stop:
+            code = stop.code
+    return int(code or 0), out.getvalue()
+
+
+def test_it_trains_and_evaluates_from_the_command_line(toy, tmp_path):
+    run = tmp_path / "run"
+    code, output = cli("evolve", "cartpole", "--strategy", "KeyedES", "--popsize", "16",
+                       "--generations", "3", "--out", run, "--set", "episode_length=50",
+                       "--set", "evaluation.every=1", "--set", "evaluation.episodes=4",
+                       "--set", "test_episodes=4")  # fmt: skip
+    assert code == 0, output
+    code, output = cli("eval", run, "--episodes", "4", "--json")
+    assert code == 0, output
+    assert '"mean"' in output
