@@ -7,7 +7,6 @@ and argument errors never load JAX; errors and exit codes are :mod:`esjax.termin
 import functools
 import json
 import sys
-from enum import StrEnum
 from pathlib import Path
 from types import ModuleType
 from typing import Annotated
@@ -15,7 +14,34 @@ from typing import Annotated
 import typer
 
 from esjax import cache, tables, terminal
-from esjax.config import BASELINES, ConfigError
+from esjax.config import ConfigError
+from esjax.options import (
+    BaselineOption,
+    CheckpointEveryOption,
+    CoordinatorOption,
+    GenerationsOption,
+    GridAxisOption,
+    GridOption,
+    LogOption,
+    NoCacheOption,
+    NumProcessesOption,
+    PopsizeOption,
+    ProcessIdOption,
+    RolloutsOption,
+    RunArgument,
+    SeedOption,
+    SeedsOption,
+    SetOption,
+    StrategyOption,
+    TaskArgument,
+    TestEpisodesOption,
+    TrustOption,
+    Which,
+    XAxis,
+    out_option,
+    overwrite_option,
+    resume_option,
+)
 from esjax.progress import ProgressReport, SweepProgress
 from esjax.terminal import (
     FIGURE_SUFFIXES,
@@ -62,67 +88,16 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-# Choices of options, as typer shows them.
-XAxis = StrEnum("XAxis", ["generations", "env_steps", "wall_s"])
-Which = StrEnum("Which", ["final", "best"])
-Baseline = StrEnum("Baseline", BASELINES)
 
 
 # ---------------------------------------------------------------------------- global options
 @app.callback()
-def _global_options(
-    no_cache: Annotated[
-        bool,
-        typer.Option(
-            "--no-cache",
-            envvar="ESJAX_NO_CACHE",
-            help="Compile afresh: do not read or write the per-user compilation cache "
-            "(~/.cache/esjax/xla; ESJAX_CACHE_DIR moves it, ESJAX_CACHE_MAX_MB caps it).",
-        ),
-    ] = False,
-) -> None:
+def _global_options(no_cache: NoCacheOption = False) -> None:
     """Runs before every command, before anything compiles."""
     if no_cache or cache.disabled_by_env():
         cache.disable_compilation_cache()
     else:
         cache.enable_compilation_cache()
-
-
-# ---------------------------------------------------------------------------- shared options
-LOG_OPTION = typer.Option(
-    "--log",
-    metavar="BACKEND",
-    help="Also log the metrics and the config to tensorboard, wandb or mlflow (each an extra: "
-    'pip install "esjax[tensorboard]"); repeatable.',
-)
-# Options that `evolve` and `sweep` share, declared once.
-StrategyOption = Annotated[
-    str | None,
-    typer.Option(
-        "--strategy",
-        "-s",
-        help="Strategy preset or any evosax algorithm (see `esjax list`); default: the task's.",
-    ),
-]
-PopsizeOption = Annotated[
-    int | None, typer.Option("--popsize", "-p", help="Members per generation.")
-]
-RolloutsOption = Annotated[
-    int | None, typer.Option("--rollouts", "-r", help="Episodes per member per generation.")
-]
-RunArgument = Annotated[
-    Path, typer.Argument(metavar="RUN", help="A run directory written by esjax evolve.")
-]
-# A run or sweep names code (a module:factory env) that esjax imports only if this user made
-# it here, or with this flag (esjax.trust).
-TrustOption = Annotated[
-    bool,
-    typer.Option(
-        "--trust-code",
-        help="Import the code (a module:factory env) that a run or sweep made elsewhere names; "
-        "read it first.",
-    ),
-]
 
 
 # ---------------------------------------------------------------------------- commands
@@ -136,71 +111,28 @@ TrustOption = Annotated[
 )
 @handles_errors
 def evolve(
-    task: Annotated[
-        str | None,
-        typer.Argument(
-            metavar="TASK",
-            help="Task preset name (see `esjax list`) or a TOML file; optional with --resume.",
-            show_default=False,
-        ),
-    ] = None,
+    task: TaskArgument = None,
     strategy: StrategyOption = None,
     popsize: PopsizeOption = None,
-    generations: Annotated[
-        int | None, typer.Option("--generations", "-g", help="Generations to run.")
-    ] = None,
+    generations: GenerationsOption = None,
     rollouts: RolloutsOption = None,
-    seed: Annotated[
-        int, typer.Option(min=0, max=2**31 - 1, help="Random seed (the first one with --seeds).")
-    ] = 0,
-    seeds: Annotated[
-        int, typer.Option(min=1, help="Independent seeds run side by side (vmapped).")
-    ] = 1,
+    seed: SeedOption = 0,
+    seeds: SeedsOption = 1,
     out_dir: Annotated[
-        Path | None,
-        typer.Option("--out", "-o", help="Run directory; default: runs/TASK-STRATEGY-TIME."),
+        Path | None, out_option("Run directory; default: runs/TASK-STRATEGY-TIME.")
     ] = None,
     resume: Annotated[
-        bool, typer.Option("--resume", help="Continue the run in --out from its last checkpoint.")
+        bool, resume_option("Continue the run in --out from its last checkpoint.")
     ] = False,
     overwrite: Annotated[
-        bool,
-        typer.Option("--overwrite", help="Replace an existing run directory instead of refusing."),
+        bool, overwrite_option("Replace an existing run directory instead of refusing.")
     ] = False,
-    set_: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--set",
-            metavar="KEY=VALUE",
-            help="Override a task field, e.g. `policy.hidden=[32,32]`; repeatable.",
-        ),
-    ] = None,
-    coordinator: Annotated[
-        str | None,
-        typer.Option(
-            envvar="ESJAX_COORDINATOR",
-            metavar="HOST:PORT",
-            help="Multi-process run: address of process 0's coordinator.",
-        ),
-    ] = None,
-    num_processes: Annotated[
-        int | None,
-        typer.Option(envvar="ESJAX_NUM_PROCESSES", min=1, help="Multi-process run: processes."),
-    ] = None,
-    process_id: Annotated[
-        int | None,
-        typer.Option(envvar="ESJAX_PROCESS_ID", min=0, help="Multi-process run: this one's index."),
-    ] = None,
-    checkpoint_every: Annotated[
-        float,
-        typer.Option(
-            "--checkpoint-every",
-            metavar="SECONDS",
-            min=0.0,
-            help="Seconds between periodic checkpoints (one is always written at the end).",
-        ),
-    ] = 30.0,
-    log: Annotated[list[str] | None, LOG_OPTION] = None,
+    set_: SetOption = None,
+    coordinator: CoordinatorOption = None,
+    num_processes: NumProcessesOption = None,
+    process_id: ProcessIdOption = None,
+    checkpoint_every: CheckpointEveryOption = 30.0,
+    log: LogOption = None,
     trust_code: TrustOption = False,
 ) -> None:
     """Evolve a policy for TASK and write a run directory (metrics, checkpoints, fitness.png).
@@ -262,16 +194,7 @@ def evolve(
 @handles_errors
 def eval_(
     run: RunArgument,
-    episodes: Annotated[
-        int | None,
-        typer.Option(
-            "--episodes",
-            "-n",
-            min=1,
-            help="Test episodes (per cell with --grid); default: the task's test_episodes (128 "
-            "unless it sets its own), the solved verdict's.",
-        ),
-    ] = None,
+    episodes: TestEpisodesOption = None,
     split: Annotated[
         str | None,
         typer.Option(help="Env-parameter split to test on (a task's [splits]); default: train."),
@@ -285,23 +208,8 @@ def eval_(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of a table.")
     ] = False,
-    grid: Annotated[
-        bool,
-        typer.Option(
-            "--grid",
-            help="Test on every cell of a 2-D grid of env parameters (the task's [grid] table): "
-            "a table of mean returns, RUN/grid.json and a heatmap RUN/grid.png.",
-        ),
-    ] = False,
-    grid_axis: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--grid-axis",
-            metavar="NAME=LOW:HIGH:COUNT",
-            help="A grid axis instead of the task's: COUNT log-spaced values from LOW to HIGH, "
-            "or NAME=V1,V2,... Give two (rows, then columns); implies --grid.",
-        ),
-    ] = None,
+    grid: GridOption = False,
+    grid_axis: GridAxisOption = None,
     out_file: Annotated[
         Path | None,
         typer.Option(
@@ -311,16 +219,7 @@ def eval_(
     overwrite: Annotated[
         bool, typer.Option(help="--grid: replace an existing JSON and heatmap.")
     ] = False,
-    baseline: Annotated[
-        Baseline | None,
-        typer.Option(
-            help="Also test a reference on the same episodes: analytic (a controller told the "
-            "true env parameters; pendulum and acrobot tasks; prints the policy's score "
-            "0 = zero action, 1 = analytic), random (uniformly random actions; prints the "
-            "policy's margin over it) or zero (zero action). With --grid: the reference's mean "
-            "per cell and the policy's score, which the heatmap shows (zero: its mean only).",
-        ),
-    ] = None,
+    baseline: BaselineOption = None,
     trust_code: TrustOption = False,
 ) -> None:
     """Test return of a run's saved policy: mean, std, min and max over fresh episodes.
@@ -468,14 +367,7 @@ def render(
 )
 @handles_errors
 def sweep(
-    task: Annotated[
-        str | None,
-        typer.Argument(
-            metavar="TASK",
-            help="Task preset name or TOML file; optional with --resume.",
-            show_default=False,
-        ),
-    ] = None,
+    task: TaskArgument = None,
     vary: Annotated[
         list[str] | None,
         typer.Option(
@@ -496,20 +388,12 @@ def sweep(
         int | None, typer.Option("--generations", "-g", help="Generations per configuration.")
     ] = None,
     rollouts: RolloutsOption = None,
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", metavar="KEY=VALUE", help="Override a task field in every run."),
-    ] = None,
+    set_: SetOption = None,
     out_dir: Annotated[
-        Path | None,
-        typer.Option("--out", "-o", help="Sweep directory; default: runs/sweep-TASK-TIME."),
+        Path | None, out_option("Sweep directory; default: runs/sweep-TASK-TIME.")
     ] = None,
-    resume: Annotated[
-        bool, typer.Option("--resume", help="Continue the sweep in --out where it stopped.")
-    ] = False,
-    overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace an existing sweep directory.")
-    ] = False,
+    resume: Annotated[bool, resume_option("Continue the sweep in --out where it stopped.")] = False,
+    overwrite: Annotated[bool, overwrite_option("Replace an existing sweep directory.")] = False,
     episodes: Annotated[
         int | None,
         typer.Option(
@@ -519,7 +403,7 @@ def sweep(
             help="Fresh test episodes per policy; default: the task's test_episodes.",
         ),
     ] = None,
-    log: Annotated[list[str] | None, LOG_OPTION] = None,
+    log: LogOption = None,
     trust_code: TrustOption = False,
 ) -> None:
     """Run TASK for every combination of the --vary values x seeds; compare them.

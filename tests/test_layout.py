@@ -35,7 +35,8 @@ LAYERS = {
         "render", "trackers", "evaluation", "reporting",
     ],
     "interface": [
-        "progress", "terminal", "tables", "commands", "launch", "cli", "__main__", "__init__",
+        "progress", "terminal", "tables", "commands", "launch", "options", "cli", "__main__",
+        "__init__",
     ],
 }  # fmt: skip
 RANK = {module: rank for rank, modules in enumerate(LAYERS.values()) for module in modules}
