@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 import jax
 import jaxlib
+
+if TYPE_CHECKING:  # for type hints only: it imports evosax, which starts JAX's backend
+    from esjax.engine import Engine, RunState
 
 # XLA's CPU collectives abort the whole process (SIGABRT) when one device's thread reaches a
 # collective this many seconds after another; XLA's own default is 40 s. The devices of one
@@ -133,7 +136,10 @@ def collective_bytes(hlo: str) -> list[tuple[str, str, int]]:
     return found
 
 
-def block_collectives(engine: Any, state: Any) -> list[tuple[str, str, int]]:
+def block_collectives(engine: Engine, state: RunState) -> list[tuple[str, str, int]]:
     """:func:`collective_bytes` of ``engine.run_block`` compiled for ``state``: one generation's."""
     n = jax.numpy.asarray(engine.block, jax.numpy.int32)
-    return collective_bytes(engine.run_block.lower(state, n).compile().as_text())
+    text = engine.run_block.lower(state, n).compile().as_text()
+    if text is None:
+        raise RuntimeError("this backend gives no text of a compiled program to count bytes in")
+    return collective_bytes(text)

@@ -27,7 +27,7 @@ import dataclasses
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +36,7 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+from jax.typing import ArrayLike
 
 from esjax.fitness import (
     mean_and_std,
@@ -44,6 +45,8 @@ from esjax.fitness import (
     ungroup_members,
 )
 from esjax.rollout import (
+    BoundedSampler,
+    EnvParamsSampler,
     ObsStats,
     PopulationRollout,
     PopulationSummary,
@@ -139,6 +142,19 @@ class RunState:
     # checkpoint from before they were state is completed with the config's values.
     bounds: dict[str, jax.Array] = struct.field(default_factory=dict)
 
+    if TYPE_CHECKING:  # added by flax's struct.dataclass, which type checkers do not see
+
+        def replace(self, **changes: Any) -> RunState: ...
+
+
+class BlockProgram(Protocol):
+    """:attr:`Engine.run_block`: ``jax.jit``'s function, or a program kept on disk
+    (:class:`esjax.programs.KeptProgram`); either is lowered to inspect what it compiles to."""
+
+    def __call__(self, state: RunState, n: jax.Array) -> tuple[RunState, dict[str, jax.Array]]: ...
+
+    def lower(self, state: RunState, n: jax.Array) -> jax.stages.Lowered: ...
+
 
 @dataclass(frozen=True)
 class Engine:
@@ -161,7 +177,7 @@ class Engine:
     population_rollout: Callable[..., RolloutResult]
     population_summary: Callable[..., PopulationSummary]
     init_batch: Callable[[jax.Array, dict[str, jax.Array], dict[str, jax.Array]], RunState]
-    run_block: Callable[[RunState, jax.Array], tuple[RunState, dict[str, jax.Array]]]
+    run_block: BlockProgram
     evaluate: Callable[[RunState], dict[str, jax.Array]]
 
     @property
@@ -210,7 +226,7 @@ class Engine:
         """Every number that is an array in the compiled program: settings, then bounds."""
         return (*self.hyper_names, *self.bounds)
 
-    def init(self, seeds: jax.Array, values: dict[str, Any] | None = None) -> RunState:
+    def init(self, seeds: jax.Array, values: Mapping[str, ArrayLike] | None = None) -> RunState:
         seeds = jnp.asarray(seeds)
         values = {**self.hyper, **self.bounds, **(values or {})}
 
@@ -340,7 +356,7 @@ class StepConfig:
         return self.strategy.popsize
 
     @property
-    def sampler(self) -> Any:
+    def sampler(self) -> EnvParamsSampler | None:
         return self.rollout.env_params_sampler
 
     def obs_stats(self, state: RunState) -> ObsStats | None:
@@ -561,7 +577,7 @@ def make_engine(
                               normalize_obs=normalize_obs)  # fmt: skip
     # Numbers of the env sampler (its ranges) are arrays too, so a sweep over them is one program.
     sampler = rollout.env_params_sampler
-    bounds = sampler.bounds() if hasattr(sampler, "bounds") else {}
+    bounds = sampler.bounds() if isinstance(sampler, BoundedSampler) else {}
     # The state lives replicated on the rollout's devices, in and out of every call, so a block
     # fed the previous block's output (or a restored checkpoint) never recompiles.
     replicated = NamedSharding(config.mesh, P())
@@ -613,7 +629,7 @@ def _strong(tree: PyTree) -> PyTree:
 STATE_PREFIX = "state/"
 
 
-def _key_name(key: Any) -> str:
+def _key_name(key: object) -> str:
     """One pytree path entry as written in checkpoints.
 
     Spelled out here rather than taken from ``jax.tree_util.keystr``, whose format is JAX's to
@@ -634,7 +650,9 @@ def leaf_names(tree: PyTree, prefix: str = STATE_PREFIX) -> list[str]:
     return names
 
 
-def check_arrays(arrays: Mapping[str, Any], expected: Mapping[str, Any]) -> None:
+def check_arrays(
+    arrays: Mapping[str, np.ndarray | jax.Array], expected: Mapping[str, np.ndarray | jax.Array]
+) -> None:
     """Refuse ``arrays`` unless they have exactly ``expected``'s names, shapes and dtypes.
 
     One line naming the first offending array, so a damaged or foreign checkpoint says what is
@@ -684,7 +702,7 @@ def phase_functions(engine: Engine) -> dict[str, Callable]:
     as in the loop) and ``tell(key, population, returns, sstate)`` are its parts compiled on
     their own.
     """
-    path = population_path(engine.strategy, engine.unravel, engine.sharding.mesh)
+    path = population_path(engine.strategy, engine.unravel, engine.step.mesh)
 
     def generation(key, sstate):
         k_ask, k_rollout, k_tell = jax.random.split(key, 3)

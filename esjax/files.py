@@ -18,9 +18,12 @@ import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from esjax.config import ConfigError
+
+if TYPE_CHECKING:  # for type hints only: matplotlib is imported where a figure is drawn
+    from matplotlib.figure import Figure
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -56,7 +59,7 @@ def atomic_write(path: str | Path, data: bytes, *, through_special: bool = False
     fsync_dir(path.parent)
 
 
-def save_figure(fig: Any, path: str | Path, **kwargs: Any) -> Path:
+def save_figure(fig: Figure, path: str | Path, **kwargs: Any) -> Path:
     """A matplotlib figure drawn in memory, then written with :func:`atomic_write` (a link at
     ``path`` is replaced, never drawn through)."""
     path = Path(path)
@@ -148,7 +151,7 @@ def parse_json(text: str | bytes, where: str | Path) -> Any:
     return value
 
 
-def _depth(value: Any) -> int:
+def _depth(value: object) -> int:
     """How deeply ``value`` nests, without recursion (a list of lists of ... counts each)."""
     deepest, stack = 0, [(value, 1)]
     while stack:

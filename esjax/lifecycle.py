@@ -44,7 +44,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from types import FrameType
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -53,6 +54,10 @@ import numpy as np
 from esjax import runs, trust
 from esjax.config import ConfigError, RunConfig
 from esjax.files import open_regular
+
+if TYPE_CHECKING:  # for type hints only: both import evosax, which starts JAX's backend
+    from esjax.engine import Engine, RunState
+    from esjax.saved import Verdict
 
 _log = logging.getLogger(__name__)
 
@@ -259,7 +264,7 @@ class StopSignals:
         self.received: int | None = None
         self._previous: dict[int, Any] = {}
 
-    def _handle(self, signum: int, frame: Any) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.received is None:  # the first signal names the stop; later ones change nothing
             self.received = signum
 
@@ -269,7 +274,7 @@ class StopSignals:
                 self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
         self._previous.clear()
@@ -287,7 +292,7 @@ class RunSummary:
     best_eval_return: float | None
     solved_threshold: float | None = None
     # The verdict on fresh test episodes (esjax.saved.verdict); None without a threshold.
-    verdict: Any = None
+    verdict: Verdict | None = None
 
     @property
     def solved(self) -> bool | None:
@@ -323,7 +328,7 @@ class Progress:
     Replaced as a whole (one assignment), so whatever stops the run sees a matching pair.
     """
 
-    state: Any
+    state: RunState
     host: HostState
 
 
@@ -349,8 +354,8 @@ class Run:
         self._lock = lock
         self._created = created
         self.signals = StopSignals()
-        self.engine: Any = None
-        self.progress: Progress | None = None
+        self._engine: Engine | None = None
+        self._progress: Progress | None = None
         self.saved_generation: int | None = None
         self._started = time.perf_counter()
         self._wall_offset = 0.0
@@ -423,11 +428,25 @@ class Run:
         return self._target or self.config.generations
 
     @property
+    def engine(self) -> Engine:
+        """The engine :meth:`begin` was given."""
+        if self._engine is None:
+            raise RuntimeError(f"{self.run_dir}: the run has not begun (Run.begin)")
+        return self._engine
+
+    @property
+    def progress(self) -> Progress:
+        """The engine and host state of the last completed generation, from :meth:`begin` on."""
+        if self._progress is None:
+            raise RuntimeError(f"{self.run_dir}: the run has not begun (Run.begin)")
+        return self._progress
+
+    @property
     def generation(self) -> int:
         return self.progress.host.generation
 
     @property
-    def state(self) -> Any:
+    def state(self) -> RunState:
         return self.progress.state
 
     @property
@@ -454,7 +473,7 @@ class Run:
         """Re-raise how the run ended as what the caller can act on (see the module docstring)."""
         if error is None:
             return
-        if self.progress is None:
+        if self._progress is None:
             if isinstance(error, ConfigError) and self.writer and not self.resumed:
                 self._discard()
             elif isinstance(error, OSError) and self.writer and error.errno in WRITE_FAILURES:
@@ -497,14 +516,14 @@ class Run:
         reason = err.strerror or str(err)
         return runs.StorageError(f"{self.run_dir}: cannot write ({reason}); {kept}")
 
-    def begin(self, engine: Any) -> None:
+    def begin(self, engine: Engine) -> None:
         """The starting point: the run's checkpoint, else generation 0 of its seeds.
 
         A resumed run without a checkpoint (killed before its first one) starts from
         generation 0 again, which is exactly where it started. A reopened run with generations
         left is no longer finished: its old ``summary.json`` goes before anything runs.
         """
-        self.engine = engine
+        self._engine = engine
         template = engine.init(jnp.asarray(self.seed_ids, jnp.int32))
         fresh = fresh_host(engine, template, len(self.seed_ids))
         if self.resumed and runs.has_checkpoint(self.run_dir):
@@ -518,11 +537,11 @@ class Run:
                 runs.truncate_metrics(self.run_dir, 0)
             state, host = template, fresh
         self._wall_offset = host.wall_s
-        self.progress = Progress(state, host)
+        self._progress = Progress(state, host)
         if self.writer and host.generation < self.total:
             (self.run_dir / runs.SUMMARY).unlink(missing_ok=True)
 
-    def record(self, state: Any, metrics: dict[str, np.ndarray], n: int,
+    def record(self, state: RunState, metrics: dict[str, np.ndarray], n: int,
                evaluation: dict[str, np.ndarray] | None) -> list[dict[str, Any]]:  # fmt: skip
         """Take a completed block of ``n`` generations: metrics rows, best policy, and the
         checkpoint when it reaches the run's target.
@@ -536,7 +555,7 @@ class Run:
         if self.writer:
             runs.append_metrics(self.run_dir, rows)
         best = _update_best(self.engine, state, host, evaluation, end)
-        self.progress = Progress(state, HostState(end, env_steps, now, *best))
+        self._progress = Progress(state, HostState(end, env_steps, now, *best))
         if end >= self.total:
             self.checkpoint()
         return rows
@@ -588,6 +607,7 @@ class Run:
                 )
             except saved.VerdictStopped:
                 signum = signals.received
+                assert signum is not None  # the test stops only once a signal is received
                 stop = interrupted or (lambda g, n: Interrupted(self.run_dir, g, n))
                 raise stop(self.generation, signum) from None
         summary = run_summary(self.run_dir, host, final, wall_s, threshold, judged)
@@ -608,7 +628,7 @@ def compile_tests_ahead(together: Sequence[Run]) -> None:
             _log.debug("starting to compile the test programs ahead failed", exc_info=True)
 
 
-def fresh_host(engine: Any, template: Any, seeds: int) -> HostState:
+def fresh_host(engine: Engine, template: RunState, seeds: int) -> HostState:
     """The host state of a run at generation 0, whose engine state is ``template``."""
     return HostState(
         generation=0,
@@ -622,8 +642,8 @@ def fresh_host(engine: Any, template: Any, seeds: int) -> HostState:
 
 
 def restore(
-    run_dir: Path, config: RunConfig, engine: Any, template: Any, fresh: HostState
-) -> tuple[Any, HostState, int | None]:
+    run_dir: Path, config: RunConfig, engine: Engine, template: RunState, fresh: HostState
+) -> tuple[RunState, HostState, int | None]:
     """Engine state, host state and recorded target from the run's checkpoint, its arrays
     matched by name to what a fresh start of this run (``template``, ``fresh``) holds."""
     checkpoint = runs.load_checkpoint(run_dir)
@@ -653,7 +673,7 @@ def restore(
 
 
 def run_summary(run_dir: Path, host: HostState, final: dict, wall_s: float,
-                threshold: float | None, judged: Any) -> RunSummary:  # fmt: skip
+                threshold: float | None, judged: Verdict | None) -> RunSummary:  # fmt: skip
     """What a run reached: means over seeds of its final and best evaluation returns."""
     finite_best = host.best_eval[np.isfinite(host.best_eval)]
     return RunSummary(
@@ -672,12 +692,13 @@ def check_meta(path: Path, meta: dict[str, Any], seeds: int) -> None:
     """A checkpoint's bookkeeping as esjax writes it, each field in range: an edited one is one
     line, never a resume from a negative generation or a traceback."""
 
-    def count(value: Any) -> bool:
+    def count(value: object) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
-    def number(value: Any) -> bool:  # NaN stands for "never evaluated", as esjax writes it
-        numeric = isinstance(value, int | float) and not isinstance(value, bool)
-        return numeric and (value != value or -1e300 < value < 1e300)
+    def number(value: object) -> bool:  # NaN stands for "never evaluated", as esjax writes it
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            return False
+        return value != value or -1e300 < value < 1e300
 
     checks = {
         "config": isinstance(meta.get("config"), dict),
@@ -744,7 +765,7 @@ _V1_FIELDS = ("strategy", "norm/count", "norm/mean", "norm/m2", "key", "eval_key
 _V1_SORTED = ("hyper", "bounds")  # dicts: JAX flattens them in sorted key order
 
 
-def checkpoint_arrays(state: Any, host: HostState) -> dict[str, np.ndarray]:
+def checkpoint_arrays(state: RunState, host: HostState) -> dict[str, np.ndarray]:
     """Everything a checkpoint stores, by name: the engine state's arrays, then the host's."""
     best_obs = host.best_obs or (np.zeros(0, np.float32), np.zeros(0, np.float32))
     values = (host.best_params, *best_obs, np.asarray(host.best_generation, np.int64))
@@ -752,7 +773,7 @@ def checkpoint_arrays(state: Any, host: HostState) -> dict[str, np.ndarray]:
     return {**named, **dict(zip(HOST_ARRAYS, map(np.asarray, values), strict=True))}
 
 
-def migrate_checkpoint(checkpoint: runs.Checkpoint, template: Any) -> runs.Checkpoint:
+def migrate_checkpoint(checkpoint: runs.Checkpoint, template: RunState) -> runs.Checkpoint:
     """``checkpoint`` in the current format (arrays by name), whatever version it was written in.
 
     Every resume loads its checkpoint through here, so a format change adds a step here and old
@@ -787,7 +808,7 @@ def _v1_order(state_names: list[str]) -> list[str]:
     return [name for _, name in ranked]
 
 
-def _name_v1_arrays(arrays: dict[str, np.ndarray], template: Any) -> dict[str, np.ndarray]:
+def _name_v1_arrays(arrays: dict[str, np.ndarray], template: RunState) -> dict[str, np.ndarray]:
     """Version 1 to 2: give the positional arrays (``00000``, ...) their names.
 
     The evosax state's own leaves are taken in the installed evosax's order, as version 1
@@ -818,7 +839,7 @@ def _name_v1_arrays(arrays: dict[str, np.ndarray], template: Any) -> dict[str, n
 
 
 # ---------------------------------------------------------------------------- bookkeeping
-def obs_arrays(engine: Any, state: Any) -> tuple[np.ndarray, np.ndarray] | None:
+def obs_arrays(engine: Engine, state: RunState) -> tuple[np.ndarray, np.ndarray] | None:
     """Per-seed observation statistics of ``state`` as NumPy arrays, or ``None`` without them."""
     stats = engine.obs_stats(state)
     if stats is None:
@@ -881,11 +902,10 @@ def _update_best(engine, state, host, evaluation, generation):
 
 
 def _save_policies(run_dir, engine, state, host) -> None:
-    obs = obs_arrays(engine, state)
+    obs_mean, obs_std = obs_arrays(engine, state) or (None, None)
     meta = {"generation": host.generation}
-    runs.save_policy(
-        run_dir, "final", np.asarray(state.strategy.mean), *(obs or (None, None)), meta
-    )
+    runs.save_policy(run_dir, "final", np.asarray(state.strategy.mean), obs_mean, obs_std, meta)
     best_meta = {**meta, "best_eval": host.meta()["best_eval"]}
     best_meta["best_generation"] = [int(x) for x in host.best_generation]
-    runs.save_policy(run_dir, "best", host.best_params, *(host.best_obs or (None, None)), best_meta)
+    best_mean, best_std = host.best_obs or (None, None)
+    runs.save_policy(run_dir, "best", host.best_params, best_mean, best_std, best_meta)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -20,11 +20,15 @@ import numpy as np
 
 from esjax.lifecycle import Run, StopSignals, compile_tests_ahead
 
+if TYPE_CHECKING:  # for type hints only: it imports evosax, which starts JAX's backend
+    from esjax.engine import Engine, RunState
+
 Report = Callable[[dict[str, Any]], None]
+Tree = TypeVar("Tree")
 
 
 def drive(
-    engine: Any,
+    engine: Engine,
     together: Sequence[Run],
     *,
     block: int,
@@ -70,7 +74,8 @@ def drive(
                 # Wait for a compile in short slices: a signal does not end a thread's join.
                 while signals.received is None and _compiling(engine.evaluate):
                     time.sleep(0.05)
-                if _compiling(engine.evaluate):  # still: the wait ended on a stop signal
+                # Still compiling: the wait ended on a stop signal.
+                if _compiling(engine.evaluate) and signals.received is not None:
                     # Rather than wait out the compile, stop at the last recorded generation:
                     # the resumed run redoes this block, with the same numbers.
                     _stop(together, interrupted, signals.received)
@@ -94,13 +99,13 @@ def drive(
         _stop(together, interrupted, signal.SIGINT)
 
 
-def _compiling(program: Any) -> bool:
+def _compiling(program: object) -> bool:
     """Whether ``program`` is still compiling in the background (a KeptProgram's thread)."""
     compiling = getattr(program, "compiling", None)
     return compiling is not None and compiling()
 
 
-def stacked_state(engine: Any, together: Sequence[Run]) -> Any:
+def stacked_state(engine: Engine, together: Sequence[Run]) -> RunState:
     """The runs' states as one, along the seed axis (one run's state as it is)."""
     if len(together) == 1:
         return together[0].state
@@ -108,7 +113,12 @@ def stacked_state(engine: Any, together: Sequence[Run]) -> Any:
     return engine.place(state)
 
 
-def _shares(together: Sequence[Run], state: Any, metrics: Any, evaluation: Any) -> list[tuple]:
+def _shares(
+    together: Sequence[Run],
+    state: RunState,
+    metrics: dict[str, np.ndarray],
+    evaluation: dict[str, np.ndarray] | None,
+) -> list[tuple[RunState, dict[str, np.ndarray], dict[str, np.ndarray] | None]]:
     """Each run's ``(state, metrics, evaluation)`` of a block of the stacked program."""
     if len(together) == 1:
         return [(state, metrics, evaluation)]
@@ -127,7 +137,7 @@ def _shares(together: Sequence[Run], state: Any, metrics: Any, evaluation: Any) 
     return shares
 
 
-def _part(tree: Any, part: slice, axis: int = 0) -> Any:
+def _part(tree: Tree, part: slice, axis: int = 0) -> Tree:
     return jax.tree.map(lambda x: np.asarray(x)[(slice(None),) * axis + (part,)], tree)
 
 

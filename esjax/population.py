@@ -16,9 +16,11 @@ it before JAX's devices are set.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol, Self, runtime_checkable
 
 import jax
+from jax.sharding import Mesh
 
 PyTree = Any
 
@@ -86,8 +88,9 @@ class LazyStrategy(Protocol):
     """A strategy that hands the rollout :class:`LazyMembers` instead of a population matrix.
 
     ``strategy`` below is the run's :class:`esjax.strategies.Strategy` (its spec, its evosax
-    object and params); ``state`` is the state that strategy's ``init`` made, so checkpoints,
-    resume and seed-vmapping treat a lazy strategy like any other.
+    object and params; typed ``Any`` here because esjax.strategies imports this module);
+    ``state`` is the state that strategy's ``init`` made, so checkpoints, resume and
+    seed-vmapping treat a lazy strategy like any other.
     """
 
     name: str
@@ -96,14 +99,26 @@ class LazyStrategy(Protocol):
         """Whether this lazy form computes exactly what ``strategy`` would with a matrix."""
         ...
 
-    def ask(self, strategy: Any, key: jax.Array, state: Any, unravel: Any, mesh: Any) -> Any:
+    def ask(
+        self,
+        strategy: Any,
+        key: jax.Array,
+        state: PyTree,
+        unravel: Callable[[jax.Array], PyTree],
+        mesh: Mesh | None,
+    ) -> LazyMembers:
         """The generation's population (:class:`LazyMembers`) for ``key``; with a ``mesh``,
         split over its devices where the strategy can."""
         ...
 
     def tell(
-        self, strategy: Any, key: jax.Array, population: Any, fitness: jax.Array, state: Any
-    ) -> Any:
+        self,
+        strategy: Any,
+        key: jax.Array,
+        population: LazyMembers,
+        fitness: jax.Array,
+        state: PyTree,
+    ) -> PyTree:
         """The next state from each member's ``fitness`` (evosax's sign: lower is better)."""
         ...
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from esjax import runs, trust
 from esjax.config import ConfigError, RunConfig, changed_keys
@@ -94,7 +95,7 @@ def aggregate(scores: np.ndarray, reps: int, seed: int) -> dict[str, dict[str, f
     return bootstrap(scores, {"iqm": interquartile_mean, "mean": mean_of_task_means}, reps, seed)
 
 
-def task_iqm(returns: Sequence[float], reps: int, seed: int) -> dict[str, float]:
+def task_iqm(returns: ArrayLike, reps: int, seed: int) -> dict[str, float]:
     """The IQM of one task's per-seed returns with its bootstrap interval (seeds resampled),
     in the task's own units: what a table of one task's seeds reports beside its success rate."""
     scores = np.asarray(returns, np.float64)[:, None]
@@ -129,7 +130,7 @@ def profile(scores: np.ndarray, taus: np.ndarray, reps: int, seed: int) -> dict[
     return {"fraction": fraction.tolist(), "low": low.tolist(), "high": high.tolist()}
 
 
-def normalise(returns: Sequence[float], floor: float, solved_return: float) -> np.ndarray:
+def normalise(returns: ArrayLike, floor: float, solved_return: float) -> np.ndarray:
     """Returns on a scale where ``floor`` (a random policy) is 0 and ``solved_return`` is 1."""
     return (np.asarray(returns, np.float64) - floor) / (solved_return - floor)
 
@@ -234,13 +235,17 @@ def read_cell(run_dir: Path) -> Cell:
         returns, verdicts = judged.final_per_seed, judged.solved_per_seed
     if len(returns) != config.seeds or (verdicts is not None and len(verdicts) != config.seeds):
         raise ConfigError(f"{run_dir / runs.SUMMARY}: expected {config.seeds} seeds' results")
+    solved = None
+    if threshold is not None:
+        assert verdicts is not None  # read with the threshold, or tested with it just now
+        solved = tuple(bool(v) for v in verdicts)
     return Cell(
         task=config.task_name,
         env=config.task.env,
         run_dirs=(str(run_dir),),
         seed_ids=config.seed_ids,
         returns=tuple(float(r) for r in returns),
-        solved=None if threshold is None else tuple(bool(v) for v in verdicts),
+        solved=solved,
         solved_return=threshold,
         random_return=config.task.random_return,
         test_episodes=config.task.test_episodes,
@@ -248,7 +253,7 @@ def read_cell(run_dir: Path) -> Cell:
     )
 
 
-def _check_per_seed(run_dir: Path, returns: Any, verdicts: Any) -> None:
+def _check_per_seed(run_dir: Path, returns: object, verdicts: object) -> None:
     """A summary's per-seed lists, as esjax writes them: numbers, and true or false."""
     where = run_dir / runs.SUMMARY
     if returns is not None and not (
@@ -420,7 +425,7 @@ def report(
     for label, cells in table.items():
         tasks = {t: _task_entry(cell, floors[t], reps, seed) for t, cell in cells.items()}
         scored, matrix = score_matrix(label, tasks, notes)
-        entry = {"label": label, "tasks": tasks, "aggregate": None}
+        entry: dict[str, Any] = {"label": label, "tasks": tasks, "aggregate": None}
         if matrix is not None:
             matrices[label] = (scored, matrix)
             entry["aggregate"] = {"tasks": scored, "seeds": int(matrix.shape[0]),

@@ -21,23 +21,42 @@ the masked scan step, the early-exit loop and the chunking are this module's fun
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
 from flax import struct
 from jax.sharding import PartitionSpec as P
+from jax.typing import ArrayLike
 
 from esjax import sharding
-from esjax.envs import env_step, make_env
+from esjax.envs import Env, EnvParams, env_step, make_env
 from esjax.episode import EpisodeStep, episode_keys, split_step_key, step_keys
 from esjax.fitness import member_returns
 from esjax.policies import Policy, PolicySpec
 
 PyTree = Any
-EnvParamsSampler = Callable[[jax.Array, Any], Any]
+EnvParamsSampler = Callable[[jax.Array, EnvParams], EnvParams]
+
+
+@runtime_checkable
+class BoundedSampler(Protocol):
+    """An env params sampler whose numeric ranges (its *bounds*) may be replaced, by traced
+    arrays too, so runs that differ only in them share one compiled rollout
+    (:class:`esjax.tasks.ParamSampler`)."""
+
+    def __call__(self, key: jax.Array, default_params: EnvParams) -> EnvParams: ...
+
+    def bounds(self) -> dict[str, float]:
+        """The bounds by name (``"<param>.<field>"``), with this sampler's values."""
+        ...
+
+    def with_bounds(self, values: Mapping[str, ArrayLike]) -> BoundedSampler:
+        """This sampler with some bounds replaced."""
+        ...
+
 
 # Bytes of member weights a chunk may hold: about a per-core L2 cache (measured best on the
 # MLP 64-64 at 2048 members, see benchmarks/README.md).
@@ -133,11 +152,11 @@ class PopulationRollout:
 
     def __init__(
         self,
-        env: str | Any,
+        env: str | Env,
         policy: PolicySpec | Policy,
         episode_length: int | None = None,
         *,
-        env_params: Any = None,
+        env_params: EnvParams = None,
         env_kwargs: dict | None = None,
         env_params_sampler: EnvParamsSampler | None = None,
         common_env_keys: bool = True,
@@ -312,17 +331,21 @@ class PopulationRollout:
             return jax.random.split(key, num_rollouts)
         return jax.random.split(key, (popsize, num_rollouts))
 
-    def sample_env_params(self, key: jax.Array, bounds: dict[str, jax.Array] | None = None) -> Any:
+    def sample_env_params(
+        self, key: jax.Array, bounds: dict[str, jax.Array] | None = None
+    ) -> EnvParams:
         """The env params a rollout with this key runs on.
 
         ``bounds`` (possibly traced) replace the sampler's own through its ``with_bounds``
-        (:class:`esjax.tasks.ParamSampler`), so runs that differ only in a sampler's range
-        share one compiled rollout.
+        (:class:`BoundedSampler`), so runs that differ only in a sampler's range share one
+        compiled rollout.
         """
         if self.env_params_sampler is None:
             return self.env_params
         sampler = self.env_params_sampler
         if bounds:
+            if not isinstance(sampler, BoundedSampler):
+                raise TypeError(f"bounds given, but the env params sampler {sampler!r} has none")
             sampler = sampler.with_bounds(bounds)
         return sampler(key, self.env_params)
 
@@ -394,8 +417,8 @@ class PopulationRollout:
 
 
 def _bind_episode(
-    env: Any,
-    env_params: Any,
+    env: Env,
+    env_params: EnvParams,
     policy: PolicySpec | Policy,
     deterministic: bool,
     param_inputs: tuple[str, ...],
@@ -429,7 +452,7 @@ def _bind_episode(
     return obs_shape, EpisodeStep(policy, obs_size, frame_stack, param_inputs)
 
 
-def _episode_length(episode_length: int | None, env_params: Any) -> int:
+def _episode_length(episode_length: int | None, env_params: EnvParams) -> int:
     """The steps per episode asked for, or the env's own time limit."""
     if episode_length is None:
         episode_length = int(env_params.max_steps_in_episode)
@@ -438,7 +461,9 @@ def _episode_length(episode_length: int | None, env_params: Any) -> int:
     return int(episode_length)
 
 
-def _start_carry(env: Any, episode: EpisodeStep, env_params: Any, k_reset: jax.Array) -> tuple:
+def _start_carry(
+    env: Env, episode: EpisodeStep, env_params: EnvParams, k_reset: jax.Array
+) -> tuple:
     """The carry of :func:`_masked_step` after a reset: alive, nothing summed yet.
 
     ``(obs, env_state, policy_state, alive, return, length, obs_sum, obs_sq_sum)``.
@@ -451,9 +476,9 @@ def _start_carry(env: Any, episode: EpisodeStep, env_params: Any, k_reset: jax.A
 
 
 def _masked_step(
-    env: Any,
+    env: Env,
     episode: EpisodeStep,
-    env_params: Any,
+    env_params: EnvParams,
     params: PyTree,
     obs_stats: ObsStats,
     trajectory: bool,
@@ -602,7 +627,7 @@ def map_members(
     return jax.lax.map(member, xs, batch_size=chunk)
 
 
-def can_end_early(env: Any, env_params: Any, episode_length: int) -> bool:
+def can_end_early(env: Env, env_params: EnvParams, episode_length: int) -> bool:
     """Whether an episode of ``env`` may end before ``episode_length`` steps.
 
     False only when it provably cannot: gymnax's ``is_terminated`` traces to a constant

@@ -101,7 +101,7 @@ class StorageError(ConfigError):
 
 
 # ---------------------------------------------------------------------------- atomic files
-def write_json(path: str | Path, obj: Any, *, through_special: bool = False) -> None:
+def write_json(path: str | Path, obj: object, *, through_special: bool = False) -> None:
     """``obj`` as indented JSON, written whole (see :func:`esjax.files.atomic_write`)."""
     data = (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
     atomic_write(path, data, through_special=through_special)
@@ -176,7 +176,7 @@ def _restore(data: bytes, path: Path, kind: str) -> Any:
         raise ConfigError(f"{path}: not an esjax {kind} file ({err})") from None
 
 
-def _numeric(value: Any, path: Path, name: Any) -> np.ndarray:
+def _numeric(value: object, path: Path, name: object) -> np.ndarray:
     """A stored array as numbers (booleans, integers or floats), never objects or strings."""
     array = np.asarray(value) if isinstance(value, np.ndarray) else None
     if array is None or array.dtype.kind not in "biuf":
@@ -301,7 +301,7 @@ def warn_about_pickles(run_dir: str | Path) -> list[Path]:
 
 
 # ---------------------------------------------------------------------------- metrics
-def _json_value(value: Any) -> Any:
+def _json_value(value: object) -> object:
     if isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):

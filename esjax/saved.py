@@ -28,15 +28,17 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from esjax import runs, trust
 from esjax.baselines import check_baseline, reference_returns
 from esjax.config import DEFAULT_TEST_EPISODES, ConfigError, RunConfig, TaskConfig
 from esjax.engine import flat_template, seed_keys
+from esjax.envs import EnvParams
 from esjax.episode import EpisodeStep, episode_keys, split_step_key, step_keys
 from esjax.memory import check_program_fits
 from esjax.programs import COMPILE_THREAD
-from esjax.rollout import ObsStats
+from esjax.rollout import ObsStats, PopulationRollout, PyTree
 from esjax.tasks import shared_rollout
 
 # Fresh test episodes per seed behind the verdict and ``esjax eval``'s default, unless the task
@@ -47,7 +49,9 @@ _log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------- a rollout for tests
-def make_test_rollout(run_dir: str | Path, split: str | None = None) -> tuple[RunConfig, Any]:
+def make_test_rollout(
+    run_dir: str | Path, split: str | None = None
+) -> tuple[RunConfig, PopulationRollout]:
     """``(config, rollout)``: the run's config and a rollout of its task (and split) for testing.
 
     Rollouts are shared between runs of the same task in one process (a sweep's
@@ -59,7 +63,7 @@ def make_test_rollout(run_dir: str | Path, split: str | None = None) -> tuple[Ru
 
 
 @functools.lru_cache(maxsize=8)
-def _one_member_population(rollout: Any) -> Callable:
+def _one_member_population(rollout: PopulationRollout) -> Callable:
     """Flat parameters -> a one-member population of ``rollout``'s policy, as one program.
 
     Built once per rollout: a sweep tests every configuration's policies, seed by seed, through
@@ -81,7 +85,7 @@ class SavedPolicy:
     seed: int  # the seed's index within the run
     flat: np.ndarray
     obs_stats: ObsStats | None
-    rollout: Any
+    rollout: PopulationRollout
 
     @classmethod
     def load(
@@ -90,7 +94,7 @@ class SavedPolicy:
         which: str = "final",
         seed: int = 0,
         *,
-        built: tuple[Any, Any] | None = None,
+        built: tuple[RunConfig, PopulationRollout] | None = None,
     ) -> SavedPolicy:
         """Read ``which`` policy of seed index ``seed``; ``built``: a :func:`make_test_rollout`."""
         config, rollout = built or make_test_rollout(run_dir)
@@ -104,7 +108,7 @@ class SavedPolicy:
             )
         if stats is not None and stats[0].shape != (rollout.obs_size,):
             raise ConfigError(
-                f"{run_dir / runs.POLICIES[which]}: observation statistics of shape "
+                f"{Path(run_dir) / runs.POLICIES[which]}: observation statistics of shape "
                 f"{stats[0].shape}, the "
                 f"task's observations {rollout.obs_size} numbers"
             )
@@ -112,12 +116,12 @@ class SavedPolicy:
         return cls(Path(run_dir), config, task, which, seed, flat, obs_stats, rollout)
 
     @property
-    def params(self) -> Any:
+    def params(self) -> PyTree:
         """The policy's parameter pytree."""
         _, unravel = flat_template(self.rollout, jax.random.key(0))
         return unravel(jnp.asarray(self.flat))
 
-    def controller(self, env_params: Any = None, key: jax.Array | None = None) -> Controller:
+    def controller(self, env_params: EnvParams = None, key: jax.Array | None = None) -> Controller:
         """A step-by-step controller for episodes on ``env_params`` (default: the task's)."""
         rollout = self.rollout
         return Controller(
@@ -130,7 +134,7 @@ class SavedPolicy:
             task=self.task,
         )
 
-    def test_inputs(self, *, zero: bool = False) -> tuple[jax.Array, Any, ObsStats | None]:
+    def test_inputs(self, *, zero: bool = False) -> tuple[jax.Array, PyTree, ObsStats | None]:
         """``(test key, params as a one-member population, obs stats)`` for ``population``.
 
         ``zero`` sets every weight to zero (the zero-action baseline on the same episodes).
@@ -182,7 +186,7 @@ def evaluate_run(
     split: str | None = None,
     seed: int = 0,
     which: str = "final",
-    built: tuple[Any, Any] | None = None,
+    built: tuple[RunConfig, PopulationRollout] | None = None,
     *,
     trust_code: bool = False,
 ) -> dict[str, Any]:
@@ -222,7 +226,7 @@ def baseline_returns(
     seed: int = 0,
     baseline: str = "analytic",
     *,
-    built: tuple[Any, Any] | None = None,
+    built: tuple[RunConfig, PopulationRollout] | None = None,
 ) -> np.ndarray:
     """Per-episode returns of a baseline (:mod:`esjax.baselines`) on a run's test episodes.
 
@@ -337,7 +341,7 @@ def compile_verdicts_in_background(run_dirs: Sequence[str | Path]) -> None:
     """
     for done in [k for k, thread in _TEST_COMPILES.items() if not thread.is_alive()]:
         del _TEST_COMPILES[done]
-    jobs: dict[tuple[Any, int], tuple[Path, RunConfig]] = {}
+    jobs: dict[tuple[PopulationRollout, int], tuple[Path, RunConfig]] = {}
     for run_dir in run_dirs:
         config, rollout = make_test_rollout(run_dir)
         job = (rollout, config.task.test_episodes)
@@ -363,7 +367,9 @@ def compile_verdicts_in_background(run_dirs: Sequence[str | Path]) -> None:
     thread.start()
 
 
-def _wait_for_test_compile(rollout: Any, episodes: int, stopped: Callable[[], bool]) -> None:
+def _wait_for_test_compile(
+    rollout: PopulationRollout, episodes: int, stopped: Callable[[], bool]
+) -> None:
     """Join a background compile of this test program (compiling it twice at once gains
     nothing), in short slices: a signal does not end a thread's join, and ``stopped`` ends the
     wait with :class:`VerdictStopped`."""
@@ -376,9 +382,9 @@ def _wait_for_test_compile(rollout: Any, episodes: int, stopped: Callable[[], bo
 
 
 # (test rollout, episodes) -> the thread compiling its test program (compile_verdicts_in_background)
-_TEST_COMPILES: dict[tuple[Any, int], threading.Thread] = {}
+_TEST_COMPILES: dict[tuple[PopulationRollout, int], threading.Thread] = {}
 # (test rollout, episodes) whose test was found to fit in memory (SavedPolicy.check_test_fits)
-_FITTING_TESTS: set[tuple[Any, int]] = set()
+_FITTING_TESTS: set[tuple[PopulationRollout, int]] = set()
 
 
 def read_verdict(summary: dict[str, Any]) -> Verdict | None:
@@ -411,9 +417,9 @@ class Controller:
     def __init__(
         self,
         episode: EpisodeStep,
-        params: Any,
+        params: PyTree,
         obs_stats: ObsStats | None,
-        env_params: Any,
+        env_params: EnvParams,
         episode_length: int,
         *,
         key: jax.Array | None = None,
@@ -442,7 +448,7 @@ class Controller:
         self.env_params = env_params
         self.reset(key)
 
-    def reset(self, key: jax.Array | None = None, env_params: Any = None) -> None:
+    def reset(self, key: jax.Array | None = None, env_params: EnvParams = None) -> None:
         """Start an episode: forget the recurrent state, stacked frames and previous action.
 
         ``key``: the episode's key as the rollout takes it; ``env_params``: the episode's env
@@ -467,7 +473,7 @@ class Controller:
             return self._keys[t]
         return jax.random.fold_in(self._k_steps, t)  # past the rollout's episode length
 
-    def act(self, observation: Any, reward: float = 0.0) -> np.ndarray:
+    def act(self, observation: ArrayLike, reward: float = 0.0) -> np.ndarray:
         """The action for ``observation``; ``reward`` is what the previous action earned."""
         step_key = self.step_key(self._t)
         self._t += 1

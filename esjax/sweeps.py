@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,6 +35,10 @@ from esjax.presets import load_task
 from esjax.stats import interval_bounds
 from esjax.trackers import RunLogger, check_backends
 from esjax.training import Interrupted, check_memory, complete_sizes, engine_for, resolve_config
+
+if TYPE_CHECKING:  # for type hints only: both import evosax, which starts JAX's backend
+    from esjax.engine import Engine
+    from esjax.saved import Verdict
 
 SWEEP = "sweep.json"
 # Seconds between checkpoints of a running program (every configuration's, together).
@@ -101,7 +105,7 @@ def parse_vary(text: str) -> tuple[str, list[str]]:
     return key, values
 
 
-def _as_read(value: Any) -> str:
+def _as_read(value: object) -> str:
     """A value as a setting sees it: 1 and 1.0 are one number."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         value = float(value)
@@ -172,6 +176,7 @@ def sweep(
     grid = configurations(spec["vary"])
     if resume:  # before any task is resolved: resolving makes the env
         tasks = [load_task(spec["task"], [*spec["overrides"], *c.overrides])[1] for c in grid]
+        assert out is not None  # _resumed_spec refuses a resume without it
         trust.check_sweep(out, spec, tasks, trust_code)
     resolved = _resolve_all(spec, grid)  # every configuration is valid before anything compiles
     sweep_dir = Path(out) if out is not None else _default_dir(spec["task"])
@@ -238,10 +243,10 @@ def _check_runs_unchanged(
             continue  # not started, or finished: nothing of it runs again
         stored = runs.read_run_config(run_dir)
         trust.check_run(run_dir, stored.task)  # its own config may name other code than the spec
-        stored = complete_sizes(stored).state_key()
+        stored_key = complete_sizes(stored).state_key()
         now = config.state_key()
-        if stored != now:
-            changed = ", ".join(changed_keys(stored, now)[:4])
+        if stored_key != now:
+            changed = ", ".join(changed_keys(stored_key, now)[:4])
             raise ConfigError(
                 f"{run_dir}: the task has changed since this sweep ran it ({changed}); "
                 "restore the task as it was, or start a new sweep"
@@ -372,7 +377,7 @@ def read_spec(sweep_dir: str | Path) -> dict[str, Any]:
     return spec
 
 
-def configuration_dir(sweep_dir: Path, name: Any) -> Path:
+def configuration_dir(sweep_dir: Path, name: object) -> Path:
     """A configuration's run directory, which a sweep keeps as a plain folder inside itself:
     a name with a separator, ``..`` or a link there is refused (a sweep is data)."""
     if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name:
@@ -410,7 +415,9 @@ def structure(config: RunConfig, traced: Sequence[str]) -> str:
     return json.dumps({**kept, "task": task, "strategy": strategy}, sort_keys=True)
 
 
-def programs(grid: Sequence[Configuration], resolved: Sequence[RunConfig]) -> list:
+def programs(
+    grid: Sequence[Configuration], resolved: Sequence[RunConfig]
+) -> list[tuple[list[int], Engine]]:
     """``[(configuration indices, engine)]``: configurations that one program runs together.
 
     Configurations share a program when their configs differ only in numbers the engine
@@ -420,7 +427,7 @@ def programs(grid: Sequence[Configuration], resolved: Sequence[RunConfig]) -> li
     distribution but ``choice``). Anything else (hidden sizes, popsize, strategy, a
     distribution's kind, other task fields, generations) gives a program of its own.
     """
-    found: list[tuple[str, tuple[str, ...], list[int], Any]] = []
+    found: list[tuple[str, tuple[str, ...], list[int], Engine]] = []
     for index, config in enumerate(resolved):
         for key, traced, members, _ in found:
             if structure(config, traced) == key:
@@ -433,7 +440,7 @@ def programs(grid: Sequence[Configuration], resolved: Sequence[RunConfig]) -> li
     return [(members, engine) for _, _, members, engine in found]
 
 
-def traced_values(config: RunConfig, engine: Any) -> dict[str, float]:
+def traced_values(config: RunConfig, engine: Engine) -> dict[str, float]:
     """A config's values of the numbers that are arrays in ``engine``'s program."""
     values = {n: config.strategy.settings[n] for n in engine.hyper_names}
     for name in engine.bounds:
@@ -443,7 +450,7 @@ def traced_values(config: RunConfig, engine: Any) -> dict[str, float]:
 
 
 def run_program(
-    engine: Any,
+    engine: Engine,
     members: Sequence[tuple[Path, RunConfig]],
     *,
     sweep_dir: Path,
@@ -493,7 +500,7 @@ def run_program(
             run.finish(signals, stopped)
 
 
-def _open(stack: contextlib.ExitStack, engine: Any, run_dir: Path, config: RunConfig) -> Run:
+def _open(stack: contextlib.ExitStack, engine: Engine, run_dir: Path, config: RunConfig) -> Run:
     """A configuration's run (new, or reopened where it stopped), begun with its own values."""
     if runs.is_run_dir(run_dir):
         run = Run.reopen(run_dir, generations=None, prepare=complete_sizes, writer=True)
@@ -583,12 +590,14 @@ def summarize(sweep_dir: Path, grid: Sequence[Configuration], spec: dict[str, An
     }
 
 
-def _verdict_of(run_dir: Path, config: RunConfig, threshold: float) -> Any:
+def _verdict_of(run_dir: Path, config: RunConfig, threshold: float) -> Verdict:
     """The verdict of a run whose summary has none, on the same episodes as summary.json's."""
     return backend_modules().saved.verdict(run_dir, config.seeds, threshold)
 
 
-def _test_returns(run_dir: Path, config: RunConfig, episodes: int, judged: Any) -> dict[str, list]:
+def _test_returns(
+    run_dir: Path, config: RunConfig, episodes: int, judged: Verdict | None
+) -> dict[str, list]:
     """Per-seed mean test return of the final and best policy (the verdict's when it fits)."""
     saved = backend_modules().saved
     if judged is not None and episodes == judged.episodes:

@@ -315,6 +315,8 @@ def evolve(
         run = Run.reopen(out, generations=generations, writer=writer, trust_code=trust_code,
                          prepare=lambda config: _prepare_resume(config, *given))  # fmt: skip
     else:
+        if task is None:
+            raise ConfigError("missing TASK: a preset name (see `esjax list`) or a TOML file")
         config = resolve_config(
             task,
             strategy=strategy,

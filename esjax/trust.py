@@ -85,19 +85,19 @@ def _valid_key(data: bytes) -> bytes | None:
     return data.strip() if len(data.strip()) >= _KEY_BYTES else None
 
 
-def _digest(key: bytes, kind: str, what: Any) -> str:
+def _digest(key: bytes, kind: str, what: object) -> str:
     text = json.dumps({"kind": kind, "what": what}, sort_keys=True, default=str)
     return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
 
 
-def seal(directory: str | Path, kind: str, what: Any) -> None:
+def seal(directory: str | Path, kind: str, what: object) -> None:
     """Record in ``directory`` that this user made it to run ``what`` (see above)."""
     key = _key(create=True)
     if key is not None:
         atomic_write(Path(directory) / SEAL, (_digest(key, kind, what) + "\n").encode())
 
 
-def is_sealed(directory: str | Path, kind: str, what: Any) -> bool:
+def is_sealed(directory: str | Path, kind: str, what: object) -> bool:
     """Whether ``directory``'s seal is this user's, over exactly ``what``."""
     key = _key(create=False)
     if key is None:
