@@ -604,9 +604,7 @@ class TaskConfig:
             )
 
 
-def parse_task(
-    raw: Mapping[str, Any], source: str, overrides: Sequence[str] = ()
-) -> TaskConfig:
+def parse_task(raw: Mapping[str, Any], source: str, overrides: Sequence[str] = ()) -> TaskConfig:
     """A :class:`TaskConfig` from a TOML table with ``--set`` ``overrides`` applied first,
     validated as one; ``source`` names the file in messages. (Finding and reading the table is
     :func:`esjax.presets.load_task`'s job.)"""
