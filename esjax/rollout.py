@@ -197,13 +197,15 @@ class PopulationRollout:
         self.policy, self.obs_size = self.episode.policy, self.episode.obs_size
         self.param_inputs, self.frame_stack = self.episode.param_inputs, self.episode.frame_stack
 
-        self._single = jax.jit(self._single_impl, static_argnames=("trajectory",))
-        self._batch = jax.jit(self._batch_impl, static_argnames=("num_rollouts", "trajectory"))
+        self._single = jax.jit(partial(_episode, self), static_argnames=("trajectory",))
+        self._batch = jax.jit(
+            partial(_episodes, self), static_argnames=("num_rollouts", "trajectory")
+        )
         self._population = jax.jit(
-            self._population_impl, static_argnames=("num_rollouts", "trajectory")
+            partial(_population, self), static_argnames=("num_rollouts", "trajectory")
         )
         self._summary = jax.jit(
-            self._summary_impl, static_argnames=("num_rollouts", "runs", "worst_episodes")
+            partial(_summary, self), static_argnames=("num_rollouts", "runs", "worst_episodes")
         )
 
     # ------------------------------------------------------------------ public API
@@ -283,15 +285,7 @@ class PopulationRollout:
         """
         args = self._population_args(key, pop_params, num_rollouts, obs_stats, None)
         lowered = self._population.lower(*args, num_rollouts=num_rollouts, trajectory=False)
-        compiled = lowered.compile()
-        try:
-            analysis = compiled.memory_analysis()
-        except Exception:  # a backend without the analysis: nothing to say
-            return 0
-        if analysis is None:
-            return 0
-        parts = ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes")
-        return int(sum(getattr(analysis, part, 0) for part in parts))
+        return _held_bytes(lowered.compile())
 
     def _population_args(self, key, pop_params, num_rollouts, obs_stats, bounds) -> tuple:
         """What :meth:`population` hands its jitted program, in one place: a program compiled
@@ -361,59 +355,79 @@ class PopulationRollout:
             return ObsStats(jnp.zeros(self.obs_size), jnp.ones(self.obs_size))
         return obs_stats
 
-    def _single_impl(self, key, params, obs_stats, trajectory=False, bounds=None):
-        """One episode of one member: :func:`_masked_step` scanned over the step keys, stopped
-        early (:func:`_scan_while_alive`) once the episode has ended if ``early_exit``."""
-        k_params, k_reset, k_episode = episode_keys(key)
-        env_params = self.sample_env_params(k_params, bounds)
-        init = _start_carry(self.env, self.episode, env_params, k_reset)
-        step = _masked_step(self.env, self.episode, env_params, params, obs_stats, trajectory,
-                            self.reward_shift)  # fmt: skip
-        keys = step_keys(k_episode, self.episode_length)
-        if trajectory or not self.early_exit:
-            final, traj = jax.lax.scan(step, init, keys)
-        else:
-            final, traj = _scan_while_alive(step, init, keys, lambda carry: carry[3]), None
-        ret, length, obs_sum, obs_sq_sum = final[4:8]
-        return RolloutResult(ret, length, obs_sum, obs_sq_sum, traj)
 
-    def _batch_impl(self, key, params, obs_stats, num_rollouts, trajectory=False):
-        return self._over_keys(jax.random.split(key, num_rollouts), params, obs_stats, trajectory)
+def _held_bytes(compiled: Any) -> int:
+    """Bytes a compiled program holds on each device (arguments, outputs, scratch), by XLA's
+    memory analysis; 0 where the backend does not say."""
+    try:
+        analysis = compiled.memory_analysis()
+    except Exception:  # a backend without the analysis: nothing to say
+        return 0
+    if analysis is None:
+        return 0
+    parts = ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes")
+    return int(sum(getattr(analysis, part, 0) for part in parts))
 
-    def _over_keys(self, keys, params, obs_stats, trajectory, bounds=None):
-        episodes = jax.vmap(self._single_impl, in_axes=(0, None, None, None, None))
-        return episodes(keys, params, obs_stats, trajectory, bounds)
 
-    def _population_impl(self, key, pop_params, obs_stats, bounds, num_rollouts, trajectory=False):
-        keys = _member_keys(key, sharding.popsize(pop_params), num_rollouts, self.rollout_keys)
+# ---------------------------------------------------------------------------- the programs
+# What a rollout's jitted functions trace, each taking the rollout first (its env, episode and
+# settings are constants of the program).
+def _episode(rollout, key, params, obs_stats, trajectory=False, bounds=None):
+    """One episode of one member: :func:`_masked_step` scanned over the step keys, stopped
+    early (:func:`_scan_while_alive`) once the episode has ended if ``early_exit``."""
+    k_params, k_reset, k_episode = episode_keys(key)
+    env_params = rollout.sample_env_params(k_params, bounds)
+    init = _start_carry(rollout.env, rollout.episode, env_params, k_reset)
+    step = _masked_step(rollout.env, rollout.episode, env_params, params, obs_stats, trajectory,
+                        rollout.reward_shift)  # fmt: skip
+    keys = step_keys(k_episode, rollout.episode_length)
+    if trajectory or not rollout.early_exit:
+        final, traj = jax.lax.scan(step, init, keys)
+    else:
+        final, traj = _scan_while_alive(step, init, keys, lambda carry: carry[3]), None
+    ret, length, obs_sum, obs_sq_sum = final[4:8]
+    return RolloutResult(ret, length, obs_sum, obs_sq_sum, traj)
 
-        def local(keys, params, inputs, valid, axis):
-            return self._population_local(keys, params, *inputs, trajectory)
 
-        inputs, out_specs = (obs_stats, bounds), P(sharding.AXIS)
-        result = sharding.over_devices(local, self.devices, keys, pop_params, inputs, out_specs)
-        return jax.tree.map(lambda x: sharding.in_member_order(pop_params, x), result)
+def _episodes(rollout, key, params, obs_stats, num_rollouts, trajectory=False):
+    return _over_keys(rollout, jax.random.split(key, num_rollouts), params, obs_stats, trajectory)
 
-    def _summary_impl(
-        self, key, pop_params, obs_stats, bounds, num_rollouts, runs=1, worst_episodes=1.0
-    ):
-        keys = _member_keys(key, sharding.popsize(pop_params), num_rollouts, self.rollout_keys)
 
-        def local(keys, params, inputs, valid, axis):
-            result = self._population_local(keys, params, *inputs, False, runs)
-            return _reduce_members(result, valid, axis, worst_episodes)
+def _over_keys(rollout, keys, params, obs_stats, trajectory, bounds=None):
+    episodes = jax.vmap(partial(_episode, rollout), in_axes=(0, None, None, None, None))
+    return episodes(keys, params, obs_stats, trajectory, bounds)
 
-        inputs = (obs_stats, bounds)
-        summary = sharding.over_devices(local, self.devices, keys, pop_params, inputs, P())
-        return summary.replace(returns=sharding.in_member_order(pop_params, summary.returns))
 
-    def _population_local(self, keys, pop_params, obs_stats, bounds, trajectory, runs=1):
-        """One device's members, each over its rollouts, a chunk at a time (:func:`map_members`)."""
+def _population(rollout, key, pop_params, obs_stats, bounds, num_rollouts, trajectory=False):
+    keys = _member_keys(key, sharding.popsize(pop_params), num_rollouts, rollout.rollout_keys)
 
-        def member(member_keys, params):
-            return self._over_keys(member_keys, params, obs_stats, trajectory, bounds)
+    def local(keys, params, inputs, valid, axis):
+        return _population_local(rollout, keys, params, *inputs, trajectory)
 
-        return map_members(member, keys, pop_params, partial(self.auto_chunk_size, runs=runs))
+    inputs, out_specs = (obs_stats, bounds), P(sharding.AXIS)
+    result = sharding.over_devices(local, rollout.devices, keys, pop_params, inputs, out_specs)
+    return jax.tree.map(lambda x: sharding.in_member_order(pop_params, x), result)
+
+
+def _summary(rollout, key, pop_params, obs_stats, bounds, num_rollouts, runs=1, worst_episodes=1.0):
+    keys = _member_keys(key, sharding.popsize(pop_params), num_rollouts, rollout.rollout_keys)
+
+    def local(keys, params, inputs, valid, axis):
+        result = _population_local(rollout, keys, params, *inputs, False, runs)
+        return _reduce_members(result, valid, axis, worst_episodes)
+
+    inputs = (obs_stats, bounds)
+    summary = sharding.over_devices(local, rollout.devices, keys, pop_params, inputs, P())
+    return summary.replace(returns=sharding.in_member_order(pop_params, summary.returns))
+
+
+def _population_local(rollout, keys, pop_params, obs_stats, bounds, trajectory, runs=1):
+    """One device's members, each over its rollouts, a chunk at a time (:func:`map_members`)."""
+
+    def member(member_keys, params):
+        return _over_keys(rollout, member_keys, params, obs_stats, trajectory, bounds)
+
+    return map_members(member, keys, pop_params, partial(rollout.auto_chunk_size, runs=runs))
 
 
 def _bind_episode(
