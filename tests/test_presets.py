@@ -190,23 +190,63 @@ def test_suite_presets_are_shipped():
     assert set(SUITE_TASKS) <= set(presets.names("task"))
 
 
-# Shrunk so that every shipped preset compiles and runs in seconds: 8 members, 2 rollouts of at
-# most 12 steps, 2 generations, one 2-episode evaluation. Policy, env, sampler and strategy are
-# the preset's own, so a preset whose parts do not fit together fails here.
-TINY = ("episode_length=12", "evaluation.every=2", "evaluation.episodes=2")
+# Every shipped preset's parts must fit together: its policy, env, sampler and strategy as
+# shipped, shrunk to 4 members, 1 rollout of at most 12 steps, 2 evaluation and test episodes.
+TINY = ("episode_length=12", "evaluation.every=1", "evaluation.episodes=2", "test_episodes=2")
+# The presets that really train (one generation, compiled and run): together one of each policy
+# kind (mlp, lstm, cnn with an ego view), of each strategy family the gymnax presets use
+# (open_es, SimpleGA), sampled actions, normalised observations, meta inputs, an env sampler,
+# validated leaders and a solved_return's final test. Every other preset is traced only.
+RUN = ("asterix-minatar", "breakout-minatar", "memory-chain", "pendulum-sign")
 
 
-@pytest.mark.parametrize("name", GYMNAX_TASKS)
-def test_every_task_preset_compiles_and_runs_two_generations(name, tmp_path):
+def _tiny_config(name):
+    from esjax.training import resolve_config
+
+    return resolve_config(name, popsize=4, rollouts=1, generations=1, overrides=TINY)
+
+
+@pytest.mark.parametrize("name", [name for name in GYMNAX_TASKS if name not in RUN])
+def test_every_task_preset_traces_a_generation_and_an_evaluation(name):
+    """The whole program of a generation and of an evaluation, traced from shapes alone: a
+    preset whose parts do not fit together fails to trace, without compiling anything."""
+    from esjax.engine import generation_metric_shapes
+    from esjax.training import engine_for
+
+    _, engine = engine_for(_tiny_config(name))
+    state = jax.eval_shape(engine.init, jnp.zeros((1,), jnp.int32))
+    after, metrics = jax.eval_shape(engine.run_block, state, jnp.int32(1))
+    assert jax.tree.structure(after) == jax.tree.structure(state)
+    assert jax.tree.map(lambda x: (x.shape, x.dtype), after) == jax.tree.map(
+        lambda x: (x.shape, x.dtype), state
+    )
+    shapes = generation_metric_shapes(engine.popsize)
+    assert metrics.keys() == shapes.keys()
+    for key, shape in shapes.items():  # (block, seeds, ...)
+        assert metrics[key].shape == (engine.block, 1, *shape.shape), key
+    evaluation = jax.eval_shape(engine.evaluate, after)
+    assert evaluation["eval_return"].shape == (1,)
+
+
+def test_the_presets_that_run_cover_every_policy_kind_and_strategy():
+    kinds = {load(name).policy.kind for name in GYMNAX_TASKS}
+    strategies = {_tiny_config(name).strategy.algorithm for name in GYMNAX_TASKS}
+    assert set(RUN) <= set(GYMNAX_TASKS)
+    assert {load(name).policy.kind for name in RUN} == kinds
+    assert {_tiny_config(name).strategy.algorithm for name in RUN} == strategies
+
+
+@pytest.mark.parametrize("name", RUN)
+def test_a_preset_of_each_kind_compiles_and_runs_a_generation(name, tmp_path):
     import numpy as np
 
     from esjax.runs import load_metrics
     from esjax.training import evolve
 
     summary = evolve(
-        name, popsize=8, rollouts=2, generations=2, out=tmp_path / name, overrides=TINY
+        name, popsize=4, rollouts=1, generations=1, out=tmp_path / name, overrides=TINY
     )
-    assert summary.generations == 2
+    assert summary.generations == 1
     rows = load_metrics(tmp_path / name)
-    assert [row["generation"] for row in rows if "generation" in row][-1] == 2
+    assert [row["generation"] for row in rows if "generation" in row][-1] == 1
     assert summary.final_eval_return is not None and np.isfinite(summary.final_eval_return)
