@@ -1,13 +1,14 @@
 """A preset of every adapted suite trains, evaluates and reloads from the command line.
 
-Tiny sizes (2 generations of 16 members, 30-step episodes): what is checked is that the preset
-as shipped builds its env, policy and strategy, writes a run, and that ``esjax eval`` and
-:func:`esjax.load_policy` read that run back. One preset per suite, its cheapest to compile:
-the others on the same suite share its adapter, and tests/test_run_config.py resolves every
-preset (a MuJoCo preset's CLI round takes minutes of compiling: cheetah-run's took 440 s on
-the 2-core CI box). A preset's suite is installed by the ``dev`` extra; where one is missing
-(an install without it) its preset is skipped, and the test that every suite has a preset
-still runs.
+Tiny sizes (2 generations of 4 members, 8-step episodes, 2 evaluation and test episodes): what
+is checked is that the preset as shipped builds its env, policy and strategy, writes a run, and
+that ``esjax eval`` and :func:`esjax.load_policy` read that run back. One preset per suite, its
+cheapest to compile: the others on the same suite share its adapter, and
+tests/test_run_config.py resolves every preset (a MuJoCo preset's CLI round takes minutes of
+compiling: cheetah-run's took 440 s on the 2-core CI box). A preset's suite is installed by the
+``dev`` extra; where one is missing (an install without it) its preset is skipped, and the test
+that every suite has a preset still runs. The command-line processes compile without LLVM's
+optimisations (``XLA_FLAGS``): the program is the same, and compiling it is most of each round.
 """
 
 from __future__ import annotations
@@ -60,8 +61,17 @@ def test_every_registered_suite_ships_a_preset():
     assert all(PRESETS[preset] == suite for suite, preset in CHOSEN.items())
 
 
+# Compiling is what these rounds spend their time on; what is checked does not depend on how
+# fast the compiled program runs.
+FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+# Sizes that leave the preset's parts as shipped (the ones each check reads are set here).
+TINY = ("--popsize", "4", "--set", "episode_length=8", "--set", "evaluation.every=1",
+        "--set", "evaluation.episodes=2", "--set", "test_episodes=2")  # fmt: skip
+
+
 def _esjax(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
+    flags = " ".join(filter(None, [os.environ.get("XLA_FLAGS"), FAST_COMPILE]))
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO), XLA_FLAGS=flags)
     return subprocess.run([sys.executable, "-m", "esjax", *args], env=env,
                           capture_output=True, text=True, timeout=timeout)  # fmt: skip
 
@@ -72,9 +82,7 @@ def test_the_preset_trains_evaluates_and_reloads(preset, tmp_path):
     if not suite.installed():
         pytest.skip(f"{suite.name} is not installed ({suite.install_hint})")
     run = tmp_path / "run"
-    done = _esjax("evolve", preset, "--generations", "2", "--popsize", "16", "--out", str(run),
-                  "--set", "episode_length=30", "--set", "evaluation.every=1",
-                  "--set", "evaluation.episodes=4", "--set", "test_episodes=4")  # fmt: skip
+    done = _esjax("evolve", preset, "--generations", "2", "--out", str(run), *TINY)
     assert done.returncode == 0, done.stderr[-3000:]
     # Brax's note that its pipelines are unmaintained is silenced by the adapter.
     assert "maintained" not in done.stdout + done.stderr
@@ -87,7 +95,7 @@ def test_the_preset_trains_evaluates_and_reloads(preset, tmp_path):
     evaluated = _esjax("eval", str(run), "--json")
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     record = json.loads(evaluated.stdout)
-    assert record["episodes"] == 4 and np.isfinite(record["mean"])
+    assert record["episodes"] == 2 and np.isfinite(record["mean"])
 
     # The saved policy drives the adapted env in a plain Python loop.
     task = tomllib.loads((TASKS / f"{preset}.toml").read_text())
@@ -113,9 +121,7 @@ def test_a_sweep_stacks_an_adapted_envs_configurations(tmp_path):
     pytest.importorskip("navix", reason='navix is not installed (pip install "esjax[navix]")')
     out = tmp_path / "sweep"
     done = _esjax("sweep", "navix-empty", "--vary", "strategy_settings.learning_rate=0.05,0.2",
-                  "--generations", "2", "--popsize", "16", "--seeds", "2", "--out", str(out),
-                  "--set", "episode_length=30", "--set", "evaluation.every=1",
-                  "--set", "evaluation.episodes=4", "--set", "test_episodes=4")  # fmt: skip
+                  "--generations", "2", "--seeds", "2", "--out", str(out), *TINY)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads((out / "sweep.json").read_text())
     assert len(record["configurations"]) == 2
