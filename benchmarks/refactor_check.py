@@ -1,0 +1,106 @@
+"""Before and after a refactor, side by side: ``--help`` time, warm start and rollout speed.
+
+Runs two checkouts of esjax in alternating fresh processes (``PYTHONPATH`` picks the tree), so
+drift on a shared machine hits both alike, and prints each figure's median and the median of
+the per-pair ratios (after / before):
+
+- ``python -m esjax --help``: the command line's start-up (it must load no JAX);
+- warm start: a second ``esjax evolve pendulum`` with the compilation cache the first one
+  filled, "process start → first block" as the run's own summary reports it;
+- rollout: env steps/s of ``PopulationRollout.population`` (Pendulum-v1, MLP 64-64, 200-step
+  episodes, popsize 512, one rollout each), compile excluded, median of 3 calls.
+
+    git archive OLD | tar -x -C /tmp/old
+    python benchmarks/refactor_check.py --before /tmp/old --after . --pairs 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+FIRST_BLOCK = re.compile(r"process start → first block\D*([0-9.]+) s")
+ROLLOUT = """
+import statistics, time
+import esjax
+esjax.use_cpu_cores()
+import jax
+from esjax.policies import MLP
+rollout = esjax.PopulationRollout("Pendulum-v1", MLP((64, 64)), 200)
+params = jax.vmap(rollout.init_params)(jax.random.split(jax.random.key(0), 512))
+key = jax.random.key(1)
+jax.block_until_ready(rollout.population(key, params, 1).returns)
+times = []
+for _ in range(3):
+    start = time.perf_counter()
+    jax.block_until_ready(rollout.population(key, params, 1).returns)
+    times.append(time.perf_counter() - start)
+print(512 * 200 / statistics.median(times))
+"""
+
+
+def _env(tree: Path, **extra: str) -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(tree.resolve()), COLUMNS="200", **extra)
+
+
+def help_seconds(tree: Path) -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "esjax", "--help"], env=_env(tree), check=True,
+                   capture_output=True)  # fmt: skip
+    return time.perf_counter() - start
+
+
+def warm_start_seconds(tree: Path, scratch: Path) -> float:
+    """The second of two identical runs sharing a fresh cache: process start → first block."""
+    env = _env(tree, ESJAX_CACHE_DIR=str(scratch / "cache"), ESJAX_NO_CACHE="")
+    found = None
+    for attempt in ("cold", "warm"):
+        command = [sys.executable, "-m", "esjax", "evolve", "pendulum", "--generations", "4",
+                   "--out", str(scratch / attempt)]  # fmt: skip
+        done = subprocess.run(command, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.exit(f"{tree}: esjax evolve failed: {done.stderr.strip()[-400:]}")
+        found = FIRST_BLOCK.search(done.stdout)
+    if found is None:
+        sys.exit(f"{tree}: no 'process start → first block' in the summary")
+    return float(found.group(1))
+
+
+def rollout_steps_per_second(tree: Path) -> float:
+    done = subprocess.run([sys.executable, "-c", ROLLOUT], env=_env(tree), check=True,
+                          capture_output=True, text=True)  # fmt: skip
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", type=Path, required=True)
+    parser.add_argument("--after", type=Path, default=Path("."))
+    parser.add_argument("--pairs", type=int, default=5)
+    args = parser.parse_args()
+    figures = ("--help (s)", "warm start (s)", "rollout (steps/s)")
+    results = {name: {"before": [], "after": []} for name in figures}
+    for pair in range(args.pairs):
+        order = [("before", args.before), ("after", args.after)]
+        for side, tree in order if pair % 2 == 0 else order[::-1]:
+            with tempfile.TemporaryDirectory() as scratch:
+                results["--help (s)"][side].append(help_seconds(tree))
+                results["warm start (s)"][side].append(warm_start_seconds(tree, Path(scratch)))
+                results["rollout (steps/s)"][side].append(rollout_steps_per_second(tree))
+        print(f"pair {pair + 1} of {args.pairs} done", flush=True)
+    print(f"{'figure':20s} {'before':>12s} {'after':>12s} {'after/before':>13s}")
+    for name, sides in results.items():
+        ratios = [a / b for a, b in zip(sides["after"], sides["before"], strict=True)]
+        before, after = statistics.median(sides["before"]), statistics.median(sides["after"])
+        print(f"{name:20s} {before:12.3f} {after:12.3f} {statistics.median(ratios):13.3f}")
+
+
+if __name__ == "__main__":
+    main()
