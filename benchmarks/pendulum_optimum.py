@@ -33,8 +33,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from esjax.envs import make_env
-from esjax.stats import mean_interval
+from esjax.envs.core import make_env
+from esjax.specs.stats import mean_interval
 
 # The gymnax-blines reader and the per-start episode loop are helpers, kept in tools/.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))

@@ -32,7 +32,7 @@ import statistics, time
 import esjax
 esjax.use_cpu_cores()
 import jax
-from esjax.policies import MLP
+from esjax.policies.networks import MLP
 rollout = esjax.PopulationRollout("Pendulum-v1", MLP((64, 64)), 200)
 params = jax.vmap(rollout.init_params)(jax.random.split(jax.random.key(0), 512))
 key = jax.random.key(1)

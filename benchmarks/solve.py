@@ -29,10 +29,10 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from timing import median_time  # noqa: E402
 
-from esjax.engine import phase_functions  # noqa: E402
-from esjax.runs import load_metrics  # noqa: E402
-from esjax.saved import evaluate_run  # noqa: E402
-from esjax.training import (  # noqa: E402
+from esjax.engine.generation import phase_functions  # noqa: E402
+from esjax.run.runs import load_metrics  # noqa: E402
+from esjax.run.saved import evaluate_run  # noqa: E402
+from esjax.run.training import (  # noqa: E402
     clear_engine_cache,
     engine_for,
     evolve,

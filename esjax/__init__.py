@@ -1,31 +1,31 @@
 """esjax: evolution-strategies neuroevolution on JAX.
 
 The public names are imported on first use (PEP 562): importing JAX, flax and evosax takes a
-second or more, which ``import esjax.config``, ``esjax --help`` and ``esjax`` argument errors
+second or more, which ``import esjax.specs.config``, ``esjax --help`` and ``esjax`` argument errors
 never need. ``from esjax import evolve, PopulationRollout`` works as if they were imported here.
 """
 
 import importlib
 from typing import Any
 
-from esjax.version import __version__
+from esjax.specs.version import __version__
 
 # Each public name and the module it lives in.
 _HOMES = {
-    "Interrupted": "esjax.training",
-    "RunSummary": "esjax.training",
-    "evolve": "esjax.training",
-    "ObsStats": "esjax.rollout",
-    "PopulationRollout": "esjax.rollout",
-    "RolloutResult": "esjax.rollout",
-    "obs_moments": "esjax.rollout",
-    "load_metrics": "esjax.runs",
-    "sweep": "esjax.sweeps",
-    "use_cpu_cores": "esjax.distributed",
-    "SavedPolicy": "esjax.saved",
-    "evaluate_run": "esjax.saved",
-    "load_policy": "esjax.saved",
-    "report": "esjax.reporting",
+    "Interrupted": "esjax.run.training",
+    "RunSummary": "esjax.run.training",
+    "evolve": "esjax.run.training",
+    "ObsStats": "esjax.rollout.population_rollout",
+    "PopulationRollout": "esjax.rollout.population_rollout",
+    "RolloutResult": "esjax.rollout.population_rollout",
+    "obs_moments": "esjax.rollout.population_rollout",
+    "load_metrics": "esjax.run.runs",
+    "sweep": "esjax.analysis.sweeps",
+    "use_cpu_cores": "esjax.engine.distributed",
+    "SavedPolicy": "esjax.run.saved",
+    "evaluate_run": "esjax.run.saved",
+    "load_policy": "esjax.run.saved",
+    "report": "esjax.analysis.reporting",
 }
 _SUBMODULES = ("policies",)
 

@@ -17,8 +17,7 @@ import numpy as np
 import pytest
 from gymnax.environments.classic_control.acrobot import EnvState
 
-from esjax import presets
-from esjax.baselines import (
+from esjax.engine.baselines import (
     PLAN_HOLD,
     PLAN_MOVES,
     acrobot_action,
@@ -26,9 +25,10 @@ from esjax.baselines import (
     acrobot_plans,
     reference_returns,
 )
-from esjax.config import ConfigError, parse_task
-from esjax.engine import seed_keys
-from esjax.tasks import make_rollout, make_sampler
+from esjax.engine.generation import seed_keys
+from esjax.engine.tasks import make_rollout, make_sampler
+from esjax.specs import presets
+from esjax.specs.config import ConfigError, parse_task
 
 ENV, DEFAULT = gymnax.make("Acrobot-v1")
 # Unequal links, so a term with the two links' masses, centres or inertia swapped shows.

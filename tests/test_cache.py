@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from test_cli import SMALL, cli_env
 
-from esjax import cache
+from esjax.run import cache
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -27,9 +27,9 @@ RUN_ONCE = textwrap.dedent(
     import json, sys
     import jax
     import numpy as np
-    from esjax import cache
-    from esjax.training import evolve
-    from esjax.runs import read_policy
+    from esjax.run import cache
+    from esjax.run.training import evolve
+    from esjax.run.runs import read_policy
 
     events = {"hits": 0, "misses": 0}
     def count(name, **_):
@@ -106,7 +106,7 @@ def test_cli_uses_the_cache_by_default_and_no_cache_turns_it_off(tmp_path):
     env.pop(cache.ENV_DIR, None)
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        command = [sys.executable, "-m", "esjax.cli", *args]
+        command = [sys.executable, "-m", "esjax.cli.main", *args]
         return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
 
     off = run("--no-cache", *base, "--out", "off")
@@ -121,7 +121,7 @@ def test_an_unwritable_cache_is_a_warning_not_a_failure(tmp_path):
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("a file where the cache directory should be")
     env = dict(cli_env(), ESJAX_CACHE_DIR=str(blocker / "xla"), ESJAX_NO_CACHE="")
-    command = [sys.executable, "-m", "esjax.cli", "evolve", "pendulum", *SMALL]
+    command = [sys.executable, "-m", "esjax.cli.main", "evolve", "pendulum", *SMALL]
     result = subprocess.run(
         [*command, "--generations", "1", "--out", str(tmp_path / "run")],
         env=env,
@@ -198,8 +198,8 @@ def test_remembered_keeps_a_result_beside_the_cache_and_only_while_it_is_on(tmp_
 def test_traced_settings_read_back_equal_the_ones_found_by_tracing(tmp_path):
     import jax
 
-    from esjax.cache import remembered
-    from esjax.strategies import build_strategy, load_strategy, traced_settings
+    from esjax.run.cache import remembered
+    from esjax.strategies.strategy import build_strategy, load_strategy, traced_settings
 
     saved = jax.config.jax_compilation_cache_dir
     try:
@@ -261,7 +261,7 @@ def test_an_edited_user_env_is_traced_again_not_read_back(tmp_path):
     means = []
     for scale in (1, 100):
         env_file.write_text(SCALED_ENV.format(scale=scale))
-        command = [sys.executable, "-m", "esjax.cli", "evolve", str(task), "--generations", "1",
+        command = [sys.executable, "-m", "esjax", "evolve", str(task), "--generations", "1",
                    "--popsize", "8", "--out", str(tmp_path / f"run{scale}")]  # fmt: skip
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stderr
@@ -274,7 +274,7 @@ MAIN_ENV_RUN = """
 import sys
 from pathlib import Path
 import esjax
-from esjax import cache
+from esjax.run import cache
 {env}
 cache.enable_compilation_cache()  # as the command line does; the Python API leaves it off
 task = Path(sys.argv[1])
@@ -298,3 +298,32 @@ def test_an_env_without_a_file_is_never_read_back(tmp_path):
             json.loads((out / "metrics.jsonl").read_text().splitlines()[0])["fitness_mean"]
         )
     assert means[1] == pytest.approx(100 * means[0], rel=1e-5)
+
+
+def test_the_code_fingerprint_covers_every_sub_package(tmp_path):
+    """An edit in any folder of the package (here the first layer and the command line)
+    changes the fingerprint that keys kept programs, so no program outlives its code."""
+    import importlib.util
+    import shutil
+
+    package = Path(cache.__file__).resolve().parents[1]
+    copy = tmp_path / "esjax"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__"))
+
+    def fingerprint() -> str:
+        """``code_fingerprint`` of the copy: its cache module, loaded afresh from the copy,
+        digests the package around it."""
+        name = f"esjax_copy_cache_{len(seen)}"
+        spec = importlib.util.spec_from_file_location(name, copy / "run" / "cache.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.code_fingerprint()
+
+    seen: list[str] = []
+    seen.append(fingerprint())
+    assert fingerprint() == seen[0]  # the same code, the same digest
+    for edited in ("specs/digits.py", "cli/tables.py"):
+        with (copy / edited).open("a") as handle:
+            handle.write("\n# an edit\n")
+        seen.append(fingerprint())
+    assert len(set(seen)) == 3

@@ -19,11 +19,11 @@ import pytest
 from flax import serialization
 from test_cli import esjax
 
-from esjax import runs
-from esjax.config import ConfigError
-from esjax.engine import from_host, to_host
-from esjax.lifecycle import HOST_ARRAYS, migrate_checkpoint
-from esjax.training import engine_for, evolve
+from esjax.engine.generation import from_host, to_host
+from esjax.run import runs
+from esjax.run.lifecycle import HOST_ARRAYS, migrate_checkpoint
+from esjax.run.training import engine_for, evolve
+from esjax.specs.config import ConfigError
 
 DATA = Path(__file__).parent / "data"
 RECORD = json.loads((DATA / "run-v1-continued.json").read_text())

@@ -1,4 +1,9 @@
-"""esjax's layers: specs (no JAX) → pure JAX → host → interface, and nothing imports upwards.
+"""esjax's layers are its folders, and nothing imports upwards.
+
+A module's layer is the sub-package it sits in (``esjax/run/files.py`` is in ``run``), ranked in
+the order data flows: specs → envs → policies → strategies → rollout → engine → run → analysis
+→ cli. README's Architecture and ``docs/api/`` list the same folders and modules, checked here,
+so the map is kept in one place: the tree itself.
 
 esjax's own imports are read from the source with ``ast``, those inside functions included
 (an import in a function is still a dependency, only a later one), so a cycle cannot hide
@@ -8,76 +13,89 @@ behind a deferred import.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from esjax.suites import package_modules  # imports no JAX and no suite
-
 PACKAGE = Path(__file__).resolve().parents[1] / "esjax"
+REPO = PACKAGE.parent
 
-# Every module's layer; a new module must be placed here.
-LAYERS = {
-    "specs": ["config", "policy_kinds", "presets", "popsize_rule", "version", "stats", "digits"],
-    "pure JAX": [
-        "suites", "suite_base", *package_modules(), "envs", "episode", "policies", "mirror",
-        "rollout", "sharding",
-        "distributed", "algorithms",
-        "strategies", "cma", "population", "lazy_openes", "draw", "fitness", "engine", "baselines",
-        "tasks",
-        "preflight",
-    ],
-    "host": [
-        "files", "memory", "cache", "programs", "runs", "trust", "lifecycle", "loop", "training",
-        "saved", "sweeps", "meta", "plotting",
-        "render", "trackers", "evaluation", "reporting",
-    ],
-    "interface": [
-        "progress", "terminal", "tables", "commands", "launch", "options", "cli", "__main__",
-        "__init__",
-    ],
-}  # fmt: skip
-RANK = {module: rank for rank, modules in enumerate(LAYERS.values()) for module in modules}
+# The folders in the order data flows through them; a module's rank is its folder's.
+LAYERS = ["specs", "envs", "policies", "strategies", "rollout", "engine", "run", "analysis", "cli"]
+# The package's own two modules: its public names and ``python -m esjax``, above everything.
+TOP = {"__init__": "cli", "__main__": "cli"}
+# From this folder up, modules may read and write files and start threads; below, none does.
+HOST = "run"
 # Imports of esjax modules inside functions (each names its reason on its line): the command
 # line's two steps that keep --help free of JAX, and the evosax-importing modules that would
 # start JAX's backend before use_cpu_cores. The ceiling only goes down.
 LAZY_CEILING = 5
 
 
-def imports() -> dict[str, list[tuple[str, bool]]]:
-    """``{module: [(imported esjax module, inside a function?), ...]}``."""
-    found: dict[str, list[tuple[str, bool]]] = {}
-    for path in sorted(PACKAGE.glob("*.py")):
-        tree = ast.parse(path.read_text())
-        top = _top_level(tree)
-        edges = found.setdefault(path.stem, [])
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("esjax"):
-                if node.module == "esjax":  # ``from esjax import runs``: the submodules named
-                    names = [a.name for a in node.names if (PACKAGE / f"{a.name}.py").is_file()]
-                    names = names or ["__init__"]
-                else:
-                    names = [node.module.split(".")[1]]
-            elif isinstance(node, ast.Import):
-                names = [a.name.split(".")[1] for a in node.names if a.name.startswith("esjax.")]
-            else:
-                continue
-            edges.extend((name, id(node) not in top) for name in names if name != path.stem)
+def modules() -> dict[str, Path]:
+    """``{"run.files": path, "run": its __init__, ...}``: every module, by dotted name."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        if parts[-1] == "__init__" and len(parts) > 1:
+            found[parts[0]] = path  # a folder's own docstring and re-exports
+        else:
+            found[".".join(parts)] = path
     return found
 
 
-def test_every_module_has_a_layer():
-    assert sorted(RANK) == sorted(imports())
+def layer(module: str) -> str:
+    """The folder a module sits in (the package's own modules: ``TOP``)."""
+    return TOP.get(module, module.split(".")[0])
+
+
+def rank(module: str) -> int:
+    return LAYERS.index(layer(module))
+
+
+def _imported(node: ast.AST, known: dict[str, Path]) -> list[str]:
+    """The esjax modules an import statement names, by dotted name."""
+    if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("esjax"):
+        base = node.module.removeprefix("esjax").lstrip(".")
+        named = [f"{base}.{a.name}".lstrip(".") for a in node.names]
+        found = [name for name in named if name in known]  # ``from esjax.run import files``
+        return found or [base or "__init__"]
+    if isinstance(node, ast.Import):
+        return [a.name.removeprefix("esjax.") for a in node.names if a.name.startswith("esjax.")]
+    return []
+
+
+def imports() -> dict[str, list[tuple[str, bool]]]:
+    """``{module: [(imported esjax module, inside a function?), ...]}``."""
+    known = modules()
+    found: dict[str, list[tuple[str, bool]]] = {}
+    for module, path in known.items():
+        tree = ast.parse(path.read_text())
+        top = _top_level(tree)
+        edges = found.setdefault(module, [])
+        for node in ast.walk(tree):
+            names = _imported(node, known)
+            edges.extend((name, id(node) not in top) for name in names if name != module)
+    return found
+
+
+def test_every_module_sits_in_a_layers_folder():
+    """No module outside the folders (the package's own two apart), and no folder unranked."""
+    folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert folders == set(LAYERS)
+    loose = [m for m in modules() if "." not in m and m not in TOP and m not in LAYERS]
+    assert not loose, loose
 
 
 def test_no_module_imports_a_higher_layer():
     upward = [
-        f"{module} ({_layer(module)}) imports {name} ({_layer(name)})"
+        f"{module} ({layer(module)}) imports {name} ({layer(name)})"
         for module, edges in imports().items()
         for name, _ in edges
-        if RANK[name] > RANK[module]
+        if rank(name) > rank(module)
     ]
     assert not upward, upward
 
@@ -96,7 +114,7 @@ def test_imports_inside_functions_do_not_grow():
 def test_every_import_inside_a_function_says_why():
     """An esjax import inside a function carries a comment on its line giving the reason."""
     silent = []
-    for path in sorted(PACKAGE.glob("*.py")):
+    for path in modules().values():
         source = path.read_text()
         tree = ast.parse(source)
         top = _top_level(tree)
@@ -106,7 +124,7 @@ def test_every_import_inside_a_function_says_why():
             names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
             inside = id(node) not in top and any(n.startswith("esjax") for n in names)
             if inside and "#" not in lines[node.end_lineno - 1]:
-                silent.append(f"{path.name}:{node.lineno}")
+                silent.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
     assert not silent, silent
 
 
@@ -120,22 +138,22 @@ IO_CALLS = {
 IO_CALLS_ON_FILES = {"remove", "rename", "replace", "glob"}
 # What the layers below the host read: the declarative inputs a spec is made from, a task's
 # TOML file (config) and the packaged presets folder (presets).
-IO_ALLOWED = {("config", "open"), ("presets", "iterdir")}
+IO_ALLOWED = {("specs.config", "open"), ("specs.presets", "iterdir")}
 
 
 def io_below_the_host() -> list[str]:
     """Every thread, process or file call in a module below the host layer, by ``ast``."""
     found = []
-    for path in sorted(PACKAGE.glob("*.py")):
-        if RANK.get(path.stem, 0) >= RANK["runs"]:
+    for module, path in modules().items():
+        if rank(module) >= LAYERS.index(HOST):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-            found += [f"{path.stem} imports {n}" for n in names if n.split(".")[0] in IO_MODULES]
+            found += [f"{module} imports {n}" for n in names if n.split(".")[0] in IO_MODULES]
             call = _io_call(node) if isinstance(node, ast.Call) else ""
-            if call and (path.stem, call) not in IO_ALLOWED:
-                found.append(f"{path.stem}:{node.lineno} calls {call}")
+            if call and (module, call) not in IO_ALLOWED:
+                found.append(f"{module}:{node.lineno} calls {call}")
     return found
 
 
@@ -164,7 +182,8 @@ def test_importing_esjax_leaves_the_jax_backend_to_esjax_distributed():
     """``import esjax`` and its host modules start no JAX backend (evosax would, on import), so
     ``use_cpu_cores`` and ``jax.distributed.initialize`` still work after it."""
     code = (
-        "import esjax, esjax.training, esjax.sweeps, esjax.lifecycle, esjax.loop\n"
+        "import esjax, esjax.run.training, esjax.analysis.sweeps, esjax.run.lifecycle\n"
+        "import esjax.run.loop\n"
         "from jax._src import xla_bridge\n"
         "assert not xla_bridge._backends, 'a JAX backend started on import'\n"
         "assert 'evosax' not in sys.modules\n"
@@ -175,7 +194,8 @@ def test_importing_esjax_leaves_the_jax_backend_to_esjax_distributed():
 
 
 def test_the_checks_can_fail():
-    """A cycle and an upward edge in a made-up graph are found; file calls are seen."""
+    """A cycle and an upward edge in a made-up graph are found; file calls and imports from a
+    folder are read."""
     assert _io_call(ast.parse("Path(p).read_text()").body[0].value) == "read_text"
     assert _io_call(ast.parse("folder.iterdir()").body[0].value) == "iterdir"
     assert _io_call(ast.parse("os.replace(a, b)").body[0].value) == "replace"
@@ -184,7 +204,36 @@ def test_the_checks_can_fail():
         ["a", "b"]
     ]
     with pytest.raises(AssertionError):
-        assert RANK["cli"] <= RANK["config"]
+        assert rank("cli.main") <= rank("specs.config")
+    known = modules()
+    folder = ast.parse("from esjax.run import files, trust").body[0]
+    assert _imported(folder, known) == ["run.files", "run.trust"]
+    names = ast.parse("from esjax.run.files import open_regular").body[0]
+    assert _imported(names, known) == ["run.files"]
+
+
+def test_the_api_reference_has_a_page_per_folder_listing_its_modules():
+    """docs/api/FOLDER.md renders the folder's docstring and every module in it: a module
+    missing from it has no reference at all."""
+    for folder in LAYERS:
+        page = REPO / "docs" / "api" / f"{folder}.md"
+        listed = re.findall(r"^::: (esjax\S+)$", page.read_text(), re.MULTILINE)
+        expected = [f"esjax.{m}" for m in modules() if layer(m) == folder and m not in TOP]
+        assert sorted(listed) == sorted(expected), (folder, sorted(set(listed) ^ set(expected)))
+
+
+def test_readmes_architecture_lists_each_folder_and_its_modules():
+    """README's Architecture has a heading per folder, in the order of LAYERS, and under each
+    a bullet for every module of that folder and no other."""
+    text = (REPO / "README.md").read_text()
+    section = text.split("## Architecture", 1)[1].split("\n## ", 1)[0]
+    heading = re.compile(r"^\*\*`esjax/(\w+)/`", re.MULTILINE)
+    assert heading.findall(section) == LAYERS
+    bodies = heading.split(section)[2::2]
+    for folder, body in zip(LAYERS, bodies, strict=True):
+        bullets = re.findall(r"^- `(\w+)`", body, re.MULTILINE)
+        expected = [m.split(".")[1] for m in modules() if layer(m) == folder and "." in m]
+        assert sorted(bullets) == sorted(expected), (folder, sorted(set(bullets) ^ set(expected)))
 
 
 def _top_level(tree: ast.Module) -> set[int]:
@@ -195,10 +244,6 @@ def _top_level(tree: ast.Module) -> set[int]:
         if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
             top |= {id(inner) for inner in node.body}
     return top
-
-
-def _layer(module: str) -> str:
-    return list(LAYERS)[RANK[module]]
 
 
 def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -243,12 +288,3 @@ def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
         if node not in index:
             visit(node)
     return components
-
-
-def test_the_api_reference_lists_every_module():
-    """docs/api/ has one page per layer; a module missing from it has no reference at all."""
-    pages = (PACKAGE.parent / "docs" / "api").glob("*.md")
-    listed = {line.split()[1] for page in pages for line in page.read_text().splitlines()
-              if line.startswith("::: esjax.")}  # fmt: skip
-    expected = {f"esjax.{m}" for m in RANK if m not in ("__init__", "__main__")}
-    assert listed == expected, sorted(listed ^ expected)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from esjax import evaluate_run, evolve
-from esjax.runs import load_metrics
+from esjax.run.runs import load_metrics
 
 TASK = "cartpole"
 POPSIZE = 64

@@ -6,8 +6,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from esjax import presets
-from esjax.config import ConfigError, apply_overrides, parse_task
+from esjax.specs import presets
+from esjax.specs.config import ConfigError, apply_overrides, parse_task
 
 REQUIRED_TASKS = ("pendulum", "cartpole", "acrobot", "mountaincar-continuous")
 
@@ -28,8 +28,8 @@ def test_required_presets_are_shipped():
 
 @pytest.mark.parametrize("name", GYMNAX_TASKS)
 def test_every_task_preset_loads_and_names_real_env_params(name):
-    from esjax.envs import make_env
-    from esjax.tasks import check_param_names, fixed_env_params
+    from esjax.engine.tasks import check_param_names, fixed_env_params
+    from esjax.envs.core import make_env
 
     task = load(name)
     assert task.description, f"{name} needs a one-line description for `esjax list`"
@@ -108,7 +108,7 @@ def test_set_overrides_any_field_and_is_validated():
 
 
 def test_policy_actions_sets_greedy_or_sampled_rollouts_and_is_validated():
-    from esjax.tasks import check_task, make_rollout
+    from esjax.engine.tasks import check_task, make_rollout
 
     assert make_rollout(load("catch")).deterministic
     sampled = load("catch", ["policy.actions=sample"])
@@ -130,7 +130,7 @@ class _AcceleratorStub:
 
 
 def test_chunk_size_pins_the_members_that_step_together():
-    from esjax.tasks import make_rollout
+    from esjax.engine.tasks import make_rollout
 
     params = {"w": jax.ShapeDtypeStruct((64, 3), jnp.float32)}  # 64 members of 3 weights
     pinned = make_rollout(load("pendulum", ["chunk_size=8"]))
@@ -146,7 +146,7 @@ def test_chunk_size_pins_the_members_that_step_together():
 def test_an_env_switch_is_set_with_true_or_false_and_reaches_the_env():
     import jax
 
-    from esjax.tasks import make_rollout
+    from esjax.engine.tasks import make_rollout
 
     assert load("metamaze", ["env_params.normalize_time=true"]).env_params["normalize_time"]
     rollout = make_rollout(load("metamaze", ["env_params.normalize_time=true"]))
@@ -164,7 +164,7 @@ def test_an_mlp_without_hidden_layers_is_a_linear_policy_and_an_lstm_needs_a_cel
     import jax.numpy as jnp
     import numpy as np
 
-    from esjax.tasks import make_rollout
+    from esjax.engine.tasks import make_rollout
 
     rollout = make_rollout(load("catch", ["policy.hidden=[]"]))
     params = rollout.policy.init(jax.random.key(0))
@@ -201,7 +201,7 @@ RUN = ("asterix-minatar", "breakout-minatar", "memory-chain", "pendulum-sign")
 
 
 def _tiny_config(name):
-    from esjax.training import resolve_config
+    from esjax.run.training import resolve_config
 
     return resolve_config(name, popsize=4, rollouts=1, generations=1, overrides=TINY)
 
@@ -210,8 +210,8 @@ def _tiny_config(name):
 def test_every_task_preset_traces_a_generation_and_an_evaluation(name):
     """The whole program of a generation and of an evaluation, traced from shapes alone: a
     preset whose parts do not fit together fails to trace, without compiling anything."""
-    from esjax.engine import generation_metric_shapes
-    from esjax.training import engine_for
+    from esjax.engine.generation import generation_metric_shapes
+    from esjax.run.training import engine_for
 
     _, engine = engine_for(_tiny_config(name))
     state = jax.eval_shape(engine.init, jnp.zeros((1,), jnp.int32))
@@ -240,8 +240,8 @@ def test_the_presets_that_run_cover_every_policy_kind_and_strategy():
 def test_a_preset_of_each_kind_compiles_and_runs_a_generation(name, tmp_path):
     import numpy as np
 
-    from esjax.runs import load_metrics
-    from esjax.training import evolve
+    from esjax.run.runs import load_metrics
+    from esjax.run.training import evolve
 
     summary = evolve(
         name, popsize=4, rollouts=1, generations=1, out=tmp_path / name, overrides=TINY

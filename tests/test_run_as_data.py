@@ -22,16 +22,16 @@ import numpy as np
 import pytest
 from flax import serialization
 
-from esjax import runs, trust
-from esjax.config import ConfigError
-from esjax.training import evolve
+from esjax.run import runs, trust
+from esjax.run.training import evolve
+from esjax.specs.config import ConfigError
 
 SMALL = ["episode_length=32", "evaluation.every=1", "evaluation.episodes=2", "test_episodes=4"]
 
 
 def cli(*args: object) -> tuple[int, str]:
     """``esjax ARGS`` in this process: ``(exit code, stdout and stderr)``."""
-    from esjax.cli import app
+    from esjax.cli.main import app
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
@@ -188,7 +188,7 @@ def test_report_does_not_run_a_shared_runs_code(run, tmp_path):
 
 @pytest.fixture(scope="module")
 def made_sweep(tmp_path_factory):
-    from esjax.sweeps import sweep
+    from esjax.analysis.sweeps import sweep
 
     out = tmp_path_factory.mktemp("sweep") / "sweep"
     sweep("cartpole", ["strategy_settings.learning_rate=0.05,0.1"], generations=1, popsize=8,
@@ -454,7 +454,7 @@ def test_a_deeply_nested_summary_or_task_file_is_one_line(run, tmp_path):
 
 
 def test_the_parsers_refuse_what_they_cannot_bound(tmp_path):
-    from esjax.files import read_json
+    from esjax.run.files import read_json
 
     path = tmp_path / "big.json"
     path.write_text("[" + "1," * 1000 + "1]")

@@ -1,6 +1,6 @@
 """The run configuration: typed, frozen, resolved once, written once.
 
-``config.json`` is the JSON form of :class:`esjax.config.RunConfig`; it round-trips for every
+``config.json`` is the JSON form of :class:`esjax.specs.config.RunConfig`; it round-trips for every
 preset, is never rewritten by building the engine or resuming (a resume that goes further
 records its target in ``target.json`` and the checkpoint), and run directories written by
 older versions open.
@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from esjax import presets, runs
-from esjax.config import LOOP_SETTINGS, ConfigError, LoopSettings, RunConfig
-from esjax.training import evolve, resolve_config
+from esjax.run import runs
+from esjax.run.training import evolve, resolve_config
+from esjax.specs import presets
+from esjax.specs.config import LOOP_SETTINGS, ConfigError, LoopSettings, RunConfig
 
 DATA = Path(__file__).parent / "data"
 TINY = ["episode_length=30", "evaluation.every=1", "evaluation.episodes=4"]

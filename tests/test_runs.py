@@ -9,11 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from esjax import runs
-from esjax.config import ConfigError
-from esjax.runs import load_metrics, read_run_config
-from esjax.saved import evaluate_run, load_policy
-from esjax.training import Interrupted, RunSummary, evolve
+from esjax.run import runs
+from esjax.run.runs import load_metrics, read_run_config
+from esjax.run.saved import evaluate_run, load_policy
+from esjax.run.training import Interrupted, RunSummary, evolve
+from esjax.specs.config import ConfigError
 
 SMALL = [
     "episode_length=16",
@@ -199,7 +199,7 @@ def test_controller_replays_the_rollout_in_a_python_loop(straight):
     """``load_policy`` in a plain loop over gymnax steps earns the rollout's own return."""
     controller = load_policy(straight.run_dir)
     assert controller.obs_stats is not None  # normalize_obs=true
-    from esjax.tasks import make_rollout
+    from esjax.engine.tasks import make_rollout
 
     rollout = make_rollout(controller.task)
     key = jax.random.key(7)

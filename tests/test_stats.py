@@ -1,4 +1,4 @@
-"""esjax.stats: the one Student-t interval, against references computed another way."""
+"""esjax.specs.stats: the one Student-t interval, against references computed another way."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from esjax import digits, meta, plotting, stats, sweeps
+from esjax.analysis import meta, plotting, sweeps
+from esjax.specs import digits, stats
 
 REPO = Path(__file__).resolve().parents[1]
 # With 2 degrees of freedom the t quantile has a closed form, t_p = (2p - 1) / sqrt(2p(1 - p)):
@@ -95,7 +96,7 @@ def test_plotting_band_and_sweeps_interval_agree_with_stats():
 
 def test_no_hand_written_t_tables_remain():
     # Entries every old table had (t for 1 and 9 degrees of freedom), and the bare normal 1.96.
-    sources = [*(REPO / "esjax").glob("*.py"), *(REPO / "benchmarks").glob("*.py")]
+    sources = [*(REPO / "esjax").rglob("*.py"), *(REPO / "benchmarks").glob("*.py")]
     assert len(sources) > 20
     for path in sources:
         text = path.read_text()
@@ -107,7 +108,7 @@ def test_importing_esjax_leaves_scipy_stats_unloaded():
     # scipy.stats costs most of a second; it loads on the first quantile, not on import.
     code = (
         "import sys, esjax\n"
-        "from esjax import meta, plotting, stats, sweeps\n"
+        "from esjax.analysis import meta, plotting, sweeps\nfrom esjax.specs import stats\n"
         "assert 'scipy.stats' not in sys.modules, 'loaded on import'\n"
         "stats.t_quantile(3)\n"
         "assert 'scipy.stats' in sys.modules\n"

@@ -15,10 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from esjax import algorithms
-from esjax.fitness import to_fitness
-from esjax.population import LazyMembers
-from esjax.strategies import (
+from esjax.strategies import algorithms
+from esjax.strategies.fitness import to_fitness
+from esjax.strategies.population import LazyMembers
+from esjax.strategies.strategy import (
     build_strategy,
     lazy_form,
     load_strategy,
@@ -93,9 +93,9 @@ def shapes_in(jaxpr) -> set[tuple[int, ...]]:
 def test_a_generation_never_holds_the_population(toy, monkeypatch):
     """In chunks of 8 of a population of 64, no value of a traced generation block has the
     population's shape (64 x parameters); with the lazy form taken away, one does."""
-    import esjax.engine
-    import esjax.strategies
-    from esjax.training import clear_engine_cache, engine_for, resolve_config
+    import esjax.engine.generation
+    import esjax.strategies.strategy
+    from esjax.run.training import clear_engine_cache, engine_for, resolve_config
 
     hidden = ["policy.hidden=[8]"]
     config = resolve_config("cartpole", strategy="KeyedES", popsize=64, overrides=hidden)
@@ -104,7 +104,7 @@ def test_a_generation_never_holds_the_population(toy, monkeypatch):
         clear_engine_cache()
         _, engine = engine_for(config)
         engine.rollout.chunk_size = 8  # read when the block is traced
-        block = functools.partial(esjax.engine.run_block, engine.step)
+        block = functools.partial(esjax.engine.generation.run_block, engine.step)
         state = engine.init(jnp.arange(1))
         jaxpr = jax.make_jaxpr(block)(state, jnp.asarray(1, jnp.int32)).jaxpr
         return shapes_in(jaxpr), engine.num_dims
@@ -112,7 +112,7 @@ def test_a_generation_never_holds_the_population(toy, monkeypatch):
     try:
         lazy_shapes, num_dims = traced_shapes()
         assert not {(64, num_dims), (1, 64, num_dims)} & lazy_shapes
-        monkeypatch.setattr(esjax.strategies, "lazy_form", lambda strategy: None)
+        monkeypatch.setattr(esjax.strategies.strategy, "lazy_form", lambda strategy: None)
         matrix_shapes, _ = traced_shapes()
         assert {(64, num_dims), (1, 64, num_dims)} & matrix_shapes  # the check can see one
     finally:
@@ -121,7 +121,7 @@ def test_a_generation_never_holds_the_population(toy, monkeypatch):
 
 def cli(*args: object) -> tuple[int, str]:
     """``esjax ARGS`` in this process: ``(exit code, stdout and stderr)``."""
-    from esjax.cli import app
+    from esjax.cli.main import app
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):

@@ -11,12 +11,12 @@ import jax
 import numpy as np
 import pytest
 
-from esjax.config import ConfigError
-from esjax.envs import make_env
-from esjax.episode import episode_keys
-from esjax.policies import MLP
-from esjax.rollout import PopulationRollout
-from esjax.suite_brax import UNMAINTAINED_WARNING
+from esjax.envs.core import make_env
+from esjax.envs.suite_brax import UNMAINTAINED_WARNING
+from esjax.policies.networks import MLP
+from esjax.rollout.episode import episode_keys
+from esjax.rollout.population_rollout import PopulationRollout
+from esjax.specs.config import ConfigError
 
 ENV = "inverted_pendulum"
 STEPS = 50

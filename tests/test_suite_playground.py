@@ -12,11 +12,11 @@ import jax
 import numpy as np
 import pytest
 
-from esjax.config import ConfigError
-from esjax.envs import make_env
-from esjax.episode import episode_keys
-from esjax.policies import MLP
-from esjax.rollout import PopulationRollout
+from esjax.envs.core import make_env
+from esjax.policies.networks import MLP
+from esjax.rollout.episode import episode_keys
+from esjax.rollout.population_rollout import PopulationRollout
+from esjax.specs.config import ConfigError
 
 ENV = "CartpoleBalance"
 STEPS = 50

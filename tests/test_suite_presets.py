@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 
 from esjax import load_policy
-from esjax.envs import make_env
-from esjax.suites import registered
+from esjax.envs.core import make_env
+from esjax.envs.suites import registered
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = REPO / "tasks"

@@ -1,6 +1,6 @@
 """The suite registry is the one list of suites, and what names suites elsewhere follows it.
 
-Adding a suite is its module, one line in ``esjax.suites.SUITE_MODULES`` and its tests; the
+Adding a suite is its module, one line in ``esjax.envs.suites.SUITE_MODULES`` and its tests; the
 checks here fail where something else (``pyproject.toml``'s extras, the API reference) has not
 caught up. The toy suite (tests/data/toy_suite.py) walks through the recipe from outside esjax:
 registered by replacing the registry's tuple, the same line a contributor adds, then trained
@@ -21,10 +21,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from esjax import suites
-from esjax.config import ConfigError
-from esjax.envs import SuiteAdapter, check_env, make_env
-from esjax.suites import RegistryError, Suite, names_code, package_modules, registered, suite_rows
+from esjax.envs import suites
+from esjax.envs.core import SuiteAdapter, check_env, make_env
+from esjax.envs.suites import (
+    RegistryError,
+    Suite,
+    names_code,
+    package_modules,
+    registered,
+    suite_rows,
+)
+from esjax.specs.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
@@ -41,24 +48,24 @@ def test_pyproject_has_each_suites_extra_and_envs_lists_exactly_them():
 
 
 def test_every_suite_module_is_registered_and_in_the_api_reference():
-    """An esjax/suite_*.py not in the registry would never be reachable; one missing from
-    docs/api would have no reference page."""
-    files = {path.stem for path in (REPO / "esjax").glob("suite_*.py")} - {"suite_base"}
+    """An esjax/envs/suite_*.py not in the registry would never be reachable; one missing from
+    docs/api/envs.md would have no reference page."""
+    folder = REPO / "esjax" / "envs"
+    files = {f"envs.{path.stem}" for path in folder.glob("suite_*.py")} - {"envs.suite_base"}
     assert files == set(package_modules())
-    pages = (REPO / "docs" / "api").glob("*.md")
-    lines = [line for page in pages for line in page.read_text().splitlines()]
+    lines = (REPO / "docs" / "api" / "envs.md").read_text().splitlines()
     listed = {line.split()[1].removeprefix("esjax.") for line in lines
-              if line.startswith("::: esjax.suite_")}  # fmt: skip
-    assert listed - {"suite_base"} == set(package_modules())
+              if line.startswith("::: esjax.envs.suite_")}  # fmt: skip
+    assert listed - {"envs.suite_base"} == set(package_modules())
 
 
 def test_the_registry_imports_neither_jax_nor_a_suite_until_asked():
-    """``esjax.suites`` alone loads no JAX; resolving it loads the adapters (JAX) but none of
+    """``esjax.envs.suites`` alone loads no JAX; resolving it loads the adapters (JAX) but none of
     the suites' own packages, which only ``make`` imports."""
     code = (
         "import sys\n"
-        "import esjax.suites as s\n"
-        "assert 'jax' not in sys.modules, 'esjax.suites imported JAX'\n"
+        "import esjax.envs.suites as s\n"
+        "assert 'jax' not in sys.modules, 'esjax.envs.suites imported JAX'\n"
         "packages = [suite.package for suite in s.registered().values()]\n"
         "loaded = [p for p in packages if p in sys.modules]\n"
         "assert not loaded, loaded\n"
@@ -67,7 +74,7 @@ def test_the_registry_imports_neither_jax_nor_a_suite_until_asked():
 
 
 def test_every_registered_adapter_takes_what_esjax_passes_it():
-    """``make(name, kwargs)`` as :class:`esjax.envs.SuiteAdapter` says, checked without the
+    """``make(name, kwargs)`` as :class:`esjax.envs.core.SuiteAdapter` says, checked without the
     suites installed: the adapters import their suites inside ``make`` only."""
     wanted = list(inspect.signature(SuiteAdapter.make).parameters)[1:]
     for name, suite in registered().items():
@@ -88,8 +95,8 @@ def test_a_registered_module_that_is_not_an_adapter_is_one_line(monkeypatch):
     monkeypatch.setattr(suites, "SUITE_MODULES", (*shipped, "json"))
     with pytest.raises(RegistryError, match=r"^json is registered as a suite but lacks SUITE"):
         registered()
-    monkeypatch.setattr(suites, "SUITE_MODULES", (*shipped, "esjax.suite_navix"))
-    with pytest.raises(RegistryError, match=r"^esjax\.suite_navix is registered twice$"):
+    monkeypatch.setattr(suites, "SUITE_MODULES", (*shipped, "esjax.envs.suite_navix"))
+    with pytest.raises(RegistryError, match=r"^esjax\.envs\.suite_navix is registered twice$"):
         registered()
 
 
@@ -123,7 +130,7 @@ def test_an_adapter_whose_make_takes_other_arguments_is_one_line(toy, monkeypatc
 
 def _cli(*args: object) -> str:
     """``esjax ARGS`` in this process (so the registry replaced here holds); its stdout."""
-    from esjax.cli import app
+    from esjax.cli.main import app
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

@@ -23,13 +23,13 @@ import jax
 import numpy as np
 import pytest
 
-from esjax import runs
-from esjax.config import ConfigError
-from esjax.episode import episode_keys
-from esjax.render import play_episode
-from esjax.saved import SavedPolicy
-from esjax.suite_base import check_mujoco_gl, default_mujoco_gl, policy_observation
-from esjax.training import resolve_config
+from esjax.analysis.render import play_episode
+from esjax.envs.suite_base import check_mujoco_gl, default_mujoco_gl, policy_observation
+from esjax.rollout.episode import episode_keys
+from esjax.run import runs
+from esjax.run.saved import SavedPolicy
+from esjax.run.training import resolve_config
+from esjax.specs.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 # Too few for any of these envs to end the episode: navix's and xminigrid's goals are 5 and 11

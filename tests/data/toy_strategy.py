@@ -5,8 +5,8 @@
 population need never exist as a matrix. The class follows evosax's algorithm API, so esjax
 discovers its settings (the optimizer, the std schedule) from its constructor like any evosax
 algorithm's; its ``lazy_form`` attribute (:class:`KeyedLazy`, an
-:class:`esjax.population.LazyStrategy`) says how esjax steps it without the matrix. A test
-registers it with one line, ``algorithms.REGISTRY["KeyedES"] = KeyedES``.
+:class:`esjax.strategies.population.LazyStrategy`) says how esjax steps it without the
+matrix. A test registers it with one line, ``algorithms.REGISTRY["KeyedES"] = KeyedES``.
 """
 
 from __future__ import annotations
@@ -112,7 +112,8 @@ class KeyedES(DistributionBasedAlgorithm):
 
 @struct.dataclass
 class KeyedMembers:
-    """A :class:`esjax.population.LazyMembers`: member ids and the key their noise comes from."""
+    """A :class:`esjax.strategies.population.LazyMembers`: member ids and the key their noise
+    comes from."""
 
     mean: jax.Array
     std: jax.Array
@@ -156,7 +157,8 @@ class KeyedMembers:
 
 @dataclass(frozen=True)
 class KeyedLazy:
-    """:class:`KeyedES` stepped member by member: an :class:`esjax.population.LazyStrategy`."""
+    """:class:`KeyedES` stepped member by member: an
+    :class:`esjax.strategies.population.LazyStrategy`."""
 
     name: str = "keyed ES"
 

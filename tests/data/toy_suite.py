@@ -1,8 +1,8 @@
 """A toy env suite adapted the way a real one is: the module tests/test_suite_registry.py
 registers to walk through adding a suite, from the registry line to ``esjax eval``.
 
-What a suite's module provides (:class:`esjax.envs.SuiteAdapter`): ``SUITE``, what the suite
-is, and ``make(name, env_kwargs)``, an env of :class:`esjax.envs.Env`'s shape and its default
+What a suite's module provides (:class:`esjax.envs.core.SuiteAdapter`): ``SUITE``, what the suite
+is, and ``make(name, env_kwargs)``, an env of :class:`esjax.envs.core.Env`'s shape and its default
 params. A real adapter imports its suite's package inside ``make`` only; this suite is the
 file itself, so its ``package`` is JAX, which is always there.
 
@@ -17,9 +17,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from esjax.config import ConfigError
-from esjax.suite_base import BoxSpace, DiscreteSpace, replace_fields
-from esjax.suites import Suite
+from esjax.envs.suite_base import BoxSpace, DiscreteSpace, replace_fields
+from esjax.envs.suites import Suite
+from esjax.specs.config import ConfigError
 
 SUITE = Suite(
     name="toy",

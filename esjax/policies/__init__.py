@@ -1,0 +1,12 @@
+"""Policies.
+
+The networks a member's parameters drive: MLP, LSTM, GRU, CNN and a user's flax module, bound
+to an env as pure ``init``, ``initial_carry`` and ``apply``; mirror-symmetric policies.
+
+``from esjax.policies import MLP, LSTM, GRU, CNN`` are the specs a user builds a
+:class:`~esjax.rollout.population_rollout.PopulationRollout` with.
+"""
+
+from esjax.policies.networks import CNN, GRU, LSTM, MLP
+
+__all__ = ["CNN", "GRU", "LSTM", "MLP"]

@@ -1,0 +1,181 @@
+"""The trust boundary: which code a run or sweep directory may make esjax import and call.
+
+A task names its env, and its policy, as data or as code. A gymnax id (``"CartPole-v1"``) and
+an adapted suite's ``"SUITE:NAME"`` are data: esjax looks them up in libraries the user
+installed. A ``"module:factory"`` or ``"file.py:factory"`` is code, as an env or as a policy
+kind: building it imports that module or runs that file. Naming code in a task file or on the
+command line is the user's own say-so; naming it in a run or sweep directory is not, since
+such a directory may come from anyone.
+
+So when esjax creates a run or a sweep here it **seals** what the directory names to run: an
+HMAC-SHA256 of it (the env and its ``env_kwargs``, and a policy named as code with its
+``[policy]`` table; a sweep's whole spec), keyed by a secret
+that lives in this user's data folder (``$ESJAX_TRUST_KEY``, else
+``$XDG_DATA_HOME/esjax/trust.key``, else ``~/.local/share/esjax/trust.key``) and written
+as ``trust.sig`` in the directory. A copied directory carries its seal, but a seal made with
+another user's key, or over other code names, does not verify here, and nobody can make one
+without this key. A directory whose seal does not verify and that names code is refused, in one
+line naming that code, before anything is imported, unless the user passes ``--trust-code``
+(``trust_code=True`` from Python). A directory that names only data needs no seal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import secrets
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from esjax.envs.suites import names_code
+from esjax.run.files import atomic_write, read_bytes
+from esjax.specs import policy_kinds
+from esjax.specs.config import ConfigError, TaskConfig, to_dict
+
+KEY_ENV = "ESJAX_TRUST_KEY"
+SEAL = "trust.sig"
+_KEY_BYTES = 32
+# Directories the user has trusted in this process (``trust_code=True``), with what is in them.
+_GRANTED: set[Path] = set()
+
+
+class UntrustedCode(ConfigError):
+    """A run or sweep directory names code to import, and the user has not said to run it."""
+
+
+def key_path() -> Path:
+    """Where this user's trust key lives (see the module's docstring)."""
+    if os.environ.get(KEY_ENV):
+        return Path(os.environ[KEY_ENV]).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base).expanduser() / "esjax" / "trust.key"
+
+
+def _key(create: bool) -> bytes | None:
+    """This user's secret key; made (readable by the user alone) on first use when ``create``."""
+    path = key_path()
+    with contextlib.suppress(OSError, ConfigError):
+        return _valid_key(read_bytes(path, 4096))
+    if not create:
+        return None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(secrets.token_hex(_KEY_BYTES).encode())
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(tmp, path)  # fails if another process made the key first: theirs wins
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink(missing_ok=True)
+        return _valid_key(read_bytes(path, 4096))
+    except (OSError, ConfigError):  # no writable home: nothing is sealed, nothing trusted
+        return None
+
+
+def _valid_key(data: bytes) -> bytes | None:
+    return data.strip() if len(data.strip()) >= _KEY_BYTES else None
+
+
+def _digest(key: bytes, kind: str, what: object) -> str:
+    text = json.dumps({"kind": kind, "what": what}, sort_keys=True, default=str)
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+
+
+def seal(directory: str | Path, kind: str, what: object) -> None:
+    """Record in ``directory`` that this user made it to run ``what`` (see above)."""
+    key = _key(create=True)
+    if key is not None:
+        atomic_write(Path(directory) / SEAL, (_digest(key, kind, what) + "\n").encode())
+
+
+def is_sealed(directory: str | Path, kind: str, what: object) -> bool:
+    """Whether ``directory``'s seal is this user's, over exactly ``what``."""
+    key = _key(create=False)
+    if key is None:
+        return False
+    try:
+        stored = read_bytes(Path(directory) / SEAL, 256).decode("ascii", "replace").strip()
+    except (OSError, ConfigError):
+        return False
+    return hmac.compare_digest(stored, _digest(key, kind, what))
+
+
+def grant(directories: Iterable[str | Path]) -> None:
+    """Trust the code that ``directories`` (and what lies in them) name, for this process."""
+    for directory in directories:
+        _GRANTED.add(Path(directory).resolve())
+
+
+def _granted(directory: str | Path) -> bool:
+    resolved = Path(directory).resolve()
+    return any(g == resolved or g in resolved.parents for g in _GRANTED)
+
+
+# ---------------------------------------------------------------------------- runs and sweeps
+def run_code(task: TaskConfig) -> dict[str, Any]:
+    """What a run's seal covers: the env it names and the arguments its factory gets, and a
+    policy named as code with the arguments its factory gets (only then, so that runs sealed
+    before policies could be code still verify)."""
+    covered = {"env": task.env, "env_kwargs": task.env_kwargs}
+    if policy_kinds.names_code(task.policy.kind):
+        covered["policy"] = to_dict(task.policy)
+    return covered
+
+
+def code_names(tasks: Iterable[TaskConfig]) -> list[str]:
+    """The code (``module:factory``, ``file.py:factory``) that ``tasks`` would import, each
+    labelled with what it is (``env 'x.py:make'``, ``policy 'y.py:make'``)."""
+    names = set()
+    for task in tasks:
+        if isinstance(task.env, str) and names_code(task.env):
+            names.add(f"env {task.env!r}")
+        if policy_kinds.names_code(task.policy.kind):
+            names.add(f"policy {task.policy.kind!r}")
+    return sorted(names)
+
+
+def seal_run(run_dir: str | Path, task: TaskConfig) -> None:
+    seal(run_dir, "run", run_code(task))
+
+
+def check_run(run_dir: str | Path, task: TaskConfig, trust_code: bool = False) -> None:
+    """Refuse, before anything is imported, a run whose task names code the user has not
+    trusted: not sealed here, not granted, and no ``trust_code``."""
+    if trust_code:
+        grant([run_dir])
+    names = code_names([task])
+    if names and not _granted(run_dir) and not is_sealed(run_dir, "run", run_code(task)):
+        raise _refusal(run_dir, "config.json", names)
+
+
+def seal_sweep(sweep_dir: str | Path, spec: Mapping[str, Any]) -> None:
+    seal(sweep_dir, "sweep", dict(spec))
+
+
+def check_sweep(
+    sweep_dir: str | Path, spec: Mapping[str, Any], tasks: Iterable[TaskConfig], trust_code: bool
+) -> None:
+    """:func:`check_run` for a sweep: ``tasks`` are its configurations' tasks, parsed only."""
+    if trust_code:
+        grant([sweep_dir])
+    names = code_names(tasks)
+    if names and not _granted(sweep_dir) and not is_sealed(sweep_dir, "sweep", dict(spec)):
+        raise _refusal(sweep_dir, "sweep.json", names)
+
+
+def _refusal(directory: str | Path, file: str, names: list[str]) -> UntrustedCode:
+    return UntrustedCode(
+        f"{directory}: its {file} names code that esjax would import and run "
+        f"({', '.join(names)}), "
+        "and it was not created by you on this machine (or was edited since); read that code, "
+        "then pass --trust-code (trust_code=True in Python) to run it"
+    )

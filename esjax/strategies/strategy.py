@@ -1,0 +1,682 @@
+"""Strategies: a strategy becomes one evosax object, its params and its optax optimizer.
+
+A strategy is a tuned preset (``strategies/NAME.toml``: an evosax class name, ``algorithm``, and its
+``[settings]``) or any evosax algorithm by name with esjax's defaults. A task's
+``strategy_settings`` and ``--set`` overrides are merged on top. Which settings an algorithm takes
+is read from evosax itself (:mod:`esjax.strategies.algorithms`); every setting is checked against
+that list, so a typo is an error that lists the valid names. No ES maths lives here: the search
+itself is evosax's; this module only decides which optimizer, standard-deviation schedule, sampling
+and fitness shaping it is built with.
+
+The strategy works on a flat parameter vector (its ``solution`` is a 1-D template), so the
+population is a ``(popsize, num_dims)`` array; the engine unravels it for the rollout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from evosax.core import fitness_shaping as shaping
+from evosax.core.optimizer import clipup
+from flax import struct
+from jax import lax
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from esjax.specs import presets
+from esjax.specs.config import (
+    LOOP_SETTINGS,
+    ConfigError,
+    LoopSettings,
+    StrategySpec,
+    suggest,
+    to_dict,
+)
+from esjax.strategies import algorithms, lazy_openes
+from esjax.strategies.algorithms import OPTIMIZERS, SHAPING_FNS, Setting, settings_table
+from esjax.strategies.cma import resolve_decomposition_every
+from esjax.strategies.fitness import grouped_shaping
+from esjax.strategies.population import LazyStrategy
+
+__all__ = ["OPTIMIZERS", "Setting", "Strategy", "StrategySpec", "build_strategy", "load_strategy"]
+
+
+# A numeric setting's kind: (strictly above?, bound, how a refusal names it). A std or a step
+# of zero or below searches nowhere or backwards; a negative decay flips the sign every
+# generation; a negative floor is no floor.
+NUMBER_BOUNDS = {
+    "number": (True, -math.inf, "a number"),
+    "positive": (True, 0.0, "a number above 0"),
+    "nonnegative": (False, 0.0, "a number at or above 0"),
+}
+
+
+def _check_value(name: str, value: Any, setting: Setting, where: str, stored: bool) -> Any:
+    kind = "number" if stored and setting.kind in NUMBER_BOUNDS else setting.kind
+    if value is None and setting.default is None:
+        return None
+    if kind == "popsize":
+        if value == "auto":
+            return value
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+        raise ConfigError(f"{where}: {name} must be a positive integer or 'auto', got {value!r}")
+    if kind in NUMBER_BOUNDS:
+        above, lowest, wanted = NUMBER_BOUNDS[kind]
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if number and math.isfinite(value) and (value > lowest if above else value >= lowest):
+            return float(value)
+        raise ConfigError(f"{where}: {name} must be {wanted}, got {value!r}")
+    if kind == "fraction":
+        if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 1:
+            return float(value)
+        raise ConfigError(f"{where}: {name} must be a number in (0, 1], got {value!r}")
+    if kind == "groups" and value == "auto":
+        return value
+    if kind in ("int", "groups"):
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+        raise ConfigError(f"{where}: {name} must be a positive integer, got {value!r}")
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: {name} must be true or false, got {value!r}")
+    if value not in kind:
+        raise ConfigError(
+            f"{where}: {name} = {value!r} is not valid{suggest(str(value), kind)}; "
+            f"choose from {', '.join(kind)}"
+        )
+    return value
+
+
+def resolve_layers(
+    algorithm: str, layers: list[tuple[Mapping[str, Any], str]], *, stored: bool = False
+) -> tuple[dict[str, Any], LoopSettings]:
+    """``(settings, loop)``: defaults of ``algorithm`` overlaid by each ``(settings, source)``.
+
+    Every layer spells the loop's settings among the strategy's; they are checked against the
+    same table (an algorithm takes only those that apply to it) and then kept apart, typed.
+    An unknown setting names its source and lists the settings this algorithm takes.
+    ``stored``: the settings of a run made earlier, which resumes as it ran, so a numeric
+    setting is held only to being a finite number, as every version checked it; the ranges
+    added since (:data:`NUMBER_BOUNDS`) are for new runs.
+    """
+    table = settings_table(algorithm)
+    settings = {name: s.default for name, s in table.items()}
+    for layer, where in layers:
+        for name, value in layer.items():
+            if name not in table:
+                raise ConfigError(
+                    f"{where}: {algorithm} has no setting {name!r}{suggest(name, list(table))}; "
+                    f"valid settings: {', '.join(table)}"
+                )
+            settings[name] = _check_value(name, value, table[name], where, stored)
+    loop = LoopSettings(**{name: settings.pop(name) for name in LOOP_SETTINGS if name in settings})
+    return settings, loop
+
+
+def resolve_settings(
+    algorithm: str, layers: list[tuple[Mapping[str, Any], str]], *, stored: bool = False
+) -> dict[str, Any]:
+    """The strategy's own settings of :func:`resolve_layers` (the loop's left out)."""
+    return resolve_layers(algorithm, layers, stored=stored)[0]
+
+
+def parse_strategy(
+    name: str,
+    raw: Mapping[str, Any],
+    source: str,
+    overrides: Mapping[str, Any] | None = None,
+    overrides_source: str = "strategy_settings",
+) -> StrategySpec:
+    """A :class:`StrategySpec` from a preset's TOML table plus a task's ``strategy_settings``."""
+    valid_keys = ("description", "algorithm", "settings")
+    for key in raw:
+        if key not in valid_keys:
+            raise ConfigError(
+                f"{source}: unknown key {key!r}{suggest(key, valid_keys)}; "
+                f"valid keys: {', '.join(valid_keys)}"
+            )
+    algorithm = algorithms.canonical_name(str(raw.get("algorithm")))
+    if algorithm is None:
+        valid = list(algorithms.REGISTRY)
+        raise ConfigError(
+            f"{source}: unknown algorithm {raw.get('algorithm')!r}"
+            f"{suggest(str(raw.get('algorithm')), valid)}; valid algorithms: {', '.join(valid)}"
+        )
+    try:
+        settings_table(algorithm)
+    except ConfigError as error:
+        raise ConfigError(f"{source}: {error}") from None
+    settings_raw = raw.get("settings", {})
+    if not isinstance(settings_raw, Mapping):
+        raise ConfigError(f"{source}: settings must be a table")
+    settings, loop = resolve_layers(
+        algorithm, [(settings_raw, source), (overrides or {}, overrides_source)]
+    )
+    _check_clipup(settings, overrides_source)
+    return StrategySpec(name, algorithm, settings, str(raw.get("description", "")), loop)
+
+
+def _check_clipup(settings: Mapping[str, Any], where: str) -> None:
+    """A new run's clipup takes no learning-rate schedule: evosax builds ClipUp around a
+    constant step (its velocity cap is max_velocity / lr), so one would be ignored. Runs made
+    before this check keep resuming with theirs, as ignored as it always was."""
+    if settings.get("optimizer") == "clipup" and (
+        settings.get("lr_decay", 1.0) != 1.0 or settings.get("lr_min", 0.0) != 0.0
+    ):
+        raise ConfigError(
+            f"{where}: lr_decay and lr_min do not apply to clipup, whose learning rate is "
+            "constant; use optimizer = 'sgd' or 'adam' for a decaying step"
+        )
+
+
+def load_strategy(
+    name_or_path: str, overrides: Mapping[str, Any] | None = None, overrides_source: str = "task"
+) -> StrategySpec:
+    """A strategy by preset name (``open_es``), path or evosax name, with ``overrides`` on top.
+
+    Names are matched case-insensitively; a tuned preset wins over the evosax algorithm of the
+    same name (``open_es`` is the preset, ``xnes`` is evosax's xNES with esjax's defaults).
+    """
+    where = f"{overrides_source}: strategy_settings"
+    preset_names = presets.names("strategy")
+    lowered = {n.lower(): n for n in preset_names}
+    if name_or_path.lower() in lowered:
+        name_or_path = lowered[name_or_path.lower()]
+    elif not name_or_path.endswith(".toml") and algorithms.canonical_name(name_or_path):
+        algorithm = algorithms.canonical_name(name_or_path)
+        algorithms.check_runnable(algorithm)
+        raw = {"algorithm": algorithm, "description": algorithms.description(algorithm)}
+        return parse_strategy(algorithm, raw, f"evosax {algorithm}", overrides, where)
+    elif not name_or_path.endswith(".toml") and not Path(name_or_path).is_file():
+        valid = {n.lower(): n for n in [*algorithms.REGISTRY, *preset_names]}  # presets win
+        hint = suggest(name_or_path.lower(), list(valid))
+        if hint:  # names match case-insensitively, so suggest the way they are spelled
+            hint = f" (did you mean {valid[hint.split(chr(39))[1]]!r}?)"
+        raise ConfigError(
+            f"unknown strategy {name_or_path!r}{hint}; "
+            f"valid strategy names: {', '.join(preset_names)} (tuned presets), "
+            f"or any evosax algorithm: {', '.join(algorithms.REGISTRY)}"
+        )
+    name, raw, source = presets.locate("strategy", name_or_path)
+    return parse_strategy(name, raw, source, overrides, where)
+
+
+def catalogue() -> list[tuple[str, str, str]]:
+    """``(name, kind, description)`` of every strategy a user can name, tuned presets first.
+
+    ``kind`` is ``"tuned preset"``, ``"evosax"`` (runs with esjax's defaults) or
+    ``"cannot run"`` (the description then says why). Reads no evosax params: it is instant.
+    """
+    rows, tuned = [], {}
+    for name, text in presets.describe("strategy"):
+        algorithm = str(presets.locate("strategy", name)[1].get("algorithm", ""))
+        tuned.setdefault(algorithms.canonical_name(algorithm), []).append(name)
+        rows.append((name, "tuned preset", f"{text} [{algorithm}]"))
+    for name in algorithms.REGISTRY:
+        reason = algorithms.refusal(name)
+        if reason:
+            rows.append((name, "cannot run", reason))
+            continue
+        text = algorithms.description(name)
+        if name in tuned:
+            text = text.rstrip(".") + f"; tuned preset: {', '.join(tuned[name])}"
+        rows.append((name, "evosax", text))
+    return rows
+
+
+def resolve_popsize(spec: StrategySpec, num_dims: int, popsize: int | None = None) -> int:
+    """The population size: an explicit one, else the spec's (``auto`` = 4 + 3 ln n, even)."""
+    value = popsize if popsize is not None else spec.settings["popsize"]
+    if value == "auto":
+        value = 4 + int(3 * math.log(num_dims))
+        value += value % 2
+    value = int(value)
+    if value < 2:
+        raise ConfigError(f"popsize must be at least 2, got {value}")
+    if antithetic(spec) and value % 2:
+        raise ConfigError(
+            f"popsize {value}: {spec.algorithm} samples antithetic pairs, so popsize must be even"
+        )
+    groups = env_groups(spec, value)
+    if value % (2 * groups if antithetic(spec) else groups):
+        raise ConfigError(
+            f"popsize {value} does not split into env_groups = {groups} groups"
+            + (" of antithetic pairs" if antithetic(spec) else "")
+        )
+    return value
+
+
+# Members per group with env_groups = "auto": enough for a within-group ranking to carry
+# magnitude information (measured on Pendulum at popsize 256 and 2048), while a generation
+# still averages over popsize / 32 different episode starts.
+MEMBERS_PER_GROUP = 32
+
+
+def env_groups(spec: StrategySpec, popsize: int) -> int:
+    """The number of member groups (1 for strategies that do not group)."""
+    groups = spec.loop.env_groups
+    if groups != "auto":
+        return int(groups)
+    unit = 2 if antithetic(spec) else 1
+    groups = max(1, popsize // MEMBERS_PER_GROUP)
+    while popsize % (unit * groups):
+        groups -= 1
+    return groups
+
+
+def antithetic(spec: StrategySpec) -> bool:
+    """Whether the strategy's population is ``[+z, -z]``: member ``i + popsize / 2`` is the
+    negative of member ``i``'s noise."""
+    return algorithms.is_antithetic(spec.algorithm, spec.settings)
+
+
+def _decaying(value: Any, decay: Any, floor: Any) -> optax.Schedule:
+    """``value * decay ** count`` held at ``floor``; constant for a decay of 1 (or 0).
+
+    optax's exponential decay with one transition step, written so that any of the three may
+    be a traced array (a sweep vmaps them): the branches optax takes in Python are ``where``s.
+    A growing schedule (decay above 1) is capped at ``floor`` only when one is set: the
+    default floor of 0 would otherwise hold it at 0 from the start.
+    """
+
+    def schedule(count: jax.Array) -> jax.Array:
+        p = count / 1
+        decayed = jnp.where(count <= 0, value, value * jnp.power(decay, p))
+        capped = jnp.where(floor > 0.0, jnp.minimum(decayed, floor), decayed)
+        clipped = jnp.where(decay < 1.0, jnp.maximum(decayed, floor), capped)
+        constant = (decay == 1.0) | (decay == 0.0)
+        return jnp.where(constant, jnp.asarray(value, clipped.dtype), clipped)
+
+    return schedule
+
+
+def make_optimizer(settings: Mapping[str, Any]) -> optax.GradientTransformation:
+    """The optax optimizer a spec asks for, with its learning-rate schedule."""
+    lr = _decaying(settings["learning_rate"], settings["lr_decay"], settings["lr_min"])
+    kind = settings["optimizer"]
+    decay = settings["weight_decay"]
+    if kind == "adam":
+        b1 = settings["momentum"]
+        return optax.adamw(lr, b1=b1, weight_decay=decay) if decay else optax.adam(lr, b1=b1)
+    if kind == "sgd":
+        inner = optax.sgd(lr, momentum=settings["momentum"] or None)
+    else:
+        # clipup's learning rate is a constant in evosax's construction.
+        inner = clipup(
+            settings["learning_rate"],
+            max_velocity=settings["max_velocity"],
+            momentum=settings["momentum"],
+        )
+    if not decay:
+        return inner
+    # Decoupled decay: shrink the mean by lr * decay per step, as AdamW does.
+    return optax.chain(inner, optax.add_decayed_weights(-decay * settings["learning_rate"]))
+
+
+def _shaping(spec: StrategySpec, default: Callable) -> Callable:
+    """The fitness shaping a spec asks for (``evosax`` = the class default), grouped, penalised."""
+    settings = spec.settings
+    fn = SHAPING_FNS.get(settings["fitness_shaping"], default)
+    if spec.loop.env_groups > 1:
+        fn = grouped_shaping(fn, spec.loop.env_groups, antithetic(spec))
+    if settings["l2_penalty"]:
+        fn = shaping.add_weight_decay(fn, settings["l2_penalty"])
+    return fn
+
+
+@struct.dataclass
+class PopulationState:
+    """A population-based algorithm's evosax state, plus the member esjax tests as its "mean".
+
+    evosax starts these algorithms from an *evaluated* population. esjax evaluates it as the
+    run's first generation: until ``evaluated`` the ``ask`` returns the initial population
+    unchanged, and the first ``tell`` is evosax's ``init`` with that population's fitness.
+    ``mean`` is the best member of the current population (evosax's ``get_best_solution``).
+    """
+
+    algorithm: Any
+    mean: jax.Array
+    evaluated: jax.Array
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One evosax object and its params, built once per run; pure ``init``/``ask``/``tell``.
+
+    ``es`` is never mutated, so the engine can close over it in jitted code. A
+    population-based algorithm's state is wrapped in :class:`PopulationState`; every other
+    state is evosax's own.
+    """
+
+    spec: StrategySpec
+    es: Any
+    params: Any
+    popsize: int
+    num_dims: int
+    population_based: bool = False
+
+    def initial_mean(self, policy_init: jax.Array) -> jax.Array:
+        """Where the search starts: the policy's initialisation, or all zeros."""
+        if self.spec.settings["mean_init"] == "zeros":
+            return jnp.zeros_like(policy_init)
+        return policy_init
+
+    def initial_population(self, key: jax.Array, mean: jax.Array) -> jax.Array:
+        """A population-based algorithm's first population: ``mean + std_init * N(0, I)``."""
+        noise = jax.random.normal(key, (self.popsize, self.num_dims), mean.dtype)
+        return mean + self.spec.settings["std_init"] * noise
+
+    def init(self, key: jax.Array, mean: jax.Array) -> Any:
+        if not self.population_based:
+            return self.es.init(key, mean, self.params)
+        population = self.initial_population(key, mean)
+        # A placeholder of the right structure; the first tell re-initialises it for real.
+        unevaluated = jnp.full((self.popsize,), jnp.inf, jnp.float32)
+        placeholder = self.es.init(key, population, unevaluated, self.params)
+        return PopulationState(placeholder, mean, jnp.zeros((), bool))
+
+    def ask(self, key: jax.Array, state: Any) -> tuple[jax.Array, Any]:
+        """``(population (popsize, num_dims), state)``.
+
+        The draw may use a cheaper PRNG than the run's threefry keys: the key is turned into
+        one of ``noise_prng``'s kind, deterministically, so resume and seed-vmapping still agree.
+        """
+        key = self.noise_key(key)
+        if not self.population_based:
+            return self.es.ask(key, state, self.params)
+        population, inner = jax.lax.cond(
+            state.evaluated,
+            lambda: self.es.ask(key, state.algorithm, self.params),
+            lambda: (state.algorithm.population, state.algorithm),
+        )
+        return population, state.replace(algorithm=inner)
+
+    def noise_key(self, key: jax.Array) -> jax.Array:
+        """The ask key as one of ``noise_prng``'s kind (itself for threefry)."""
+        impl = self.spec.settings["noise_prng"]
+        if impl == "threefry":
+            return key
+        return jax.random.wrap_key_data(jax.random.bits(key, (4,), jnp.uint32), impl=impl)
+
+    def tell(self, key: jax.Array, population: jax.Array, fitness: jax.Array, state: Any) -> Any:
+        if not self.population_based:
+            state, _ = self.es.tell(key, population, fitness, state, self.params)
+            return state
+        inner = jax.lax.cond(
+            state.evaluated,
+            lambda: self.es.tell(key, population, fitness, state.algorithm, self.params)[0],
+            lambda: self.es.init(key, population, fitness, self.params),
+        )
+        best = self.es.get_best_solution(inner)
+        return PopulationState(inner, best, jnp.ones((), bool))
+
+    def mean(self, state: Any) -> jax.Array:
+        return state.mean
+
+    def leading_members(self, state: PopulationState, count: int) -> jax.Array:
+        """The ``count`` members of the last told population with the best fitness, best first."""
+        inner = state.algorithm
+        order = jnp.argsort(inner.fitness)[:count]  # evosax minimises
+        return inner.population[order]
+
+    def report(self, state: PopulationState, member: jax.Array) -> PopulationState:
+        """``state`` reporting ``member`` as its "mean"; the search itself never reads it."""
+        return state.replace(mean=jnp.where(state.evaluated, member, state.mean))
+
+
+def _param_value(default: Any, value: Any) -> Any:
+    """``value`` in the type evosax's default params use for that field."""
+    if hasattr(default, "dtype"):
+        return jnp.asarray(value, default.dtype)
+    return type(default)(value)
+
+
+def evosax_class(algorithm: str) -> type:
+    """The class esjax builds for ``algorithm``: the one place to substitute another."""
+    return algorithms.REGISTRY[algorithm]
+
+
+def build_strategy(spec: StrategySpec, num_dims: int, popsize: int | None = None) -> Strategy:
+    """The evosax object for ``spec`` over a flat ``num_dims`` vector.
+
+    Constructor arguments and params fields come from the spec's settings by the names
+    :mod:`esjax.strategies.algorithms` discovered; a setting left at ``None`` keeps evosax's
+    own value.
+    """
+    n = resolve_popsize(spec, num_dims, popsize)
+    # Concrete from here on: the engine reads the group count from the built strategy.
+    spec = dataclasses.replace(
+        spec, loop=dataclasses.replace(spec.loop, env_groups=env_groups(spec, n))
+    )
+    s = spec.settings
+    found = algorithms.info(spec.algorithm)
+    cls = evosax_class(spec.algorithm)
+    kwargs = algorithms.constructor_kwargs(spec.algorithm, s)
+    if found.takes_optimizer:
+        kwargs["optimizer"] = make_optimizer(s)
+    if found.takes_std_schedule:
+        kwargs["std_schedule"] = _decaying(s["std_init"], s["std_decay"], s["std_min"])
+    default_shaping = algorithms.default_shaping(spec.algorithm)
+    kwargs["fitness_shaping_fn"] = _shaping(spec, default_shaping)
+    solution = jnp.zeros((num_dims,), jnp.float32)
+    try:
+        es = cls(n, solution, **kwargs)
+    except (AssertionError, ValueError) as error:  # evosax checks its arguments with asserts
+        reason = str(error).strip() or type(error).__name__
+        raise ConfigError(
+            f"{spec.algorithm} cannot be built with popsize {n} and {num_dims} parameters: {reason}"
+        ) from None
+    if s.get("elite_ratio") is not None:
+        _set_elite_ratio(es, s["elite_ratio"])
+    defaults = es.default_params
+    replace = {
+        evosax_name: _param_value(getattr(defaults, evosax_name), s[name])
+        for name, evosax_name in found.param_settings.items()
+        if s.get(name) is not None
+    }
+    params = defaults.replace(**replace)
+    return Strategy(spec, es, params, n, num_dims, found.population_based)
+
+
+def _set_elite_ratio(es: Any, ratio: float) -> None:
+    """Set evosax's ``elite_ratio``, an attribute rather than a constructor argument, before the
+    params that derive from it (CMA-ES's recombination weights) are read.
+
+    iAMaLGaM also sizes its anticipated-mean-shift group from the ratio, once, in its
+    constructor (evosax 0.3: ``0.5 * ratio * n / (n - elites)`` of the other ``n - 1``
+    members); that size is derived again here, or it would stay at the default ratio's. A
+    ratio near 1 would ask for more members than there are (or divide by zero): it is held at
+    ``n - 1``, as evosax draws the group without replacement.
+    """
+    es.elite_ratio = ratio
+    if hasattr(es, "ams_population_size"):
+        n, elites = es.population_size, es.num_elites
+        share = 0.5 * ratio * n / (n - elites) if elites < n else 1.0
+        es.ams_population_size = min(int(share * (n - 1)), n - 1)
+
+
+def with_settings(strategy: Strategy, values: Mapping[str, Any]) -> Strategy:
+    """``strategy`` rebuilt with some settings replaced (by traced arrays, inside a trace)."""
+    if not values:
+        return strategy
+    spec = dataclasses.replace(strategy.spec, settings={**strategy.spec.settings, **values})
+    return build_strategy(spec, strategy.num_dims, strategy.popsize)
+
+
+# Settings read once, when the engine is built (a shape), not by the strategy's ask and tell:
+# tracing them would pass the check below while the compiled program kept the built value, so
+# configurations of a sweep differing only in them would silently run the same search. (The
+# loop's settings, such as worst_episodes, are not among the strategy's settings at all.)
+BUILD_TIME_SETTINGS = frozenset({"popsize", "elite_ratio"})
+
+
+# ``remember(kind, key, compute)``: ``compute()``, or what an earlier process computed for ``key``.
+Remember = Callable[[str, Any, Callable[[], Any]], Any]
+
+
+def compute_now(kind: str, key: Any, compute: Callable[[], Any]) -> Any:
+    """A :data:`Remember` that remembers nothing: strategies read and write no files; the host
+    hands in one that keeps results on disk (:func:`esjax.run.cache.remembered`)."""
+    return compute()
+
+
+def traced_settings(strategy: Strategy, remember: Remember = compute_now) -> tuple[str, ...]:
+    """The float settings that can be arrays inside the compiled generation, by trying it.
+
+    A candidate is every setting whose value is a float. It is traced if building the strategy
+    with it as an array and tracing ``init``, ``ask`` and ``tell`` works: a setting that
+    decides structure (a Python branch, a shape, a constructor check) cannot be traced, so it
+    stays a constant and configurations that differ in it compile separately.
+    """
+    candidates = sorted(
+        name
+        for name, value in strategy.spec.settings.items()
+        if isinstance(value, float) and name not in BUILD_TIME_SETTINGS
+    )
+
+    def works(names: Sequence[str]) -> bool:
+        def step(values):
+            built = with_settings(strategy, values)
+            key = jax.random.key(0)
+            mean = jnp.zeros((strategy.num_dims,), jnp.float32)
+            state = built.init(key, mean)
+            population, state = built.ask(key, state)
+            fitness = jnp.zeros((strategy.popsize,), jnp.float32)
+            return built.tell(key, population, fitness, state)
+
+        values = {n: jnp.float32(strategy.spec.settings[n]) for n in names}
+        try:
+            jax.eval_shape(step, values)
+        except Exception:  # a concretization, a bool of a tracer, a failed evosax assert, ...
+            return False
+        return True
+
+    def search() -> list[str]:
+        if works(candidates):
+            return candidates
+        found = [name for name in candidates if works([name])]
+        while found and not works(found):  # two that trace alone but not together: keep fewer
+            found.pop()
+        return found
+
+    # Tracing the strategy up to a dozen times is a noticeable share of a warm start.
+    spec = strategy.spec
+    key = [spec.algorithm, spec.settings, to_dict(spec.loop), strategy.num_dims, strategy.popsize]
+    return tuple(remember("traced-settings", key, search))
+
+
+def strategy_cost_hint(
+    spec: StrategySpec, num_dims: int, popsize: int, steps_per_member: int
+) -> str | None:
+    """A one-line warning when the strategy's own maths likely rivals the rollouts' cost.
+
+    A rough count of floating-point work per generation: the rollouts evaluate an MLP of
+    ``num_dims`` weights (~2 flops each) at every step of every member's episodes; diagonal
+    strategies touch each of ``popsize x num_dims`` noise entries a few dozen times (drawing a
+    Gaussian dominates); full-matrix strategies (CMA-ES, xNES, ...) also multiply by and
+    decompose an n x n matrix.
+    """
+    n, p = float(num_dims), float(popsize)
+    rollout = 2.0 * n * p * steps_per_member
+    full = algorithms.info(spec.algorithm).quadratic
+    # A lazily decomposed CMA-ES pays the n^3 decomposition once every k generations.
+    every = spec.settings.get("decomposition_every")
+    every = resolve_decomposition_every(every, num_dims, popsize) if every is not None else 1
+    strategy = 4.0 * p * n * n + 10.0 * n**3 / every if full else 30.0 * p * n
+    # Below ~1e8 flops (milliseconds) the strategy's cost is not worth a warning.
+    if strategy < 0.5 * rollout or strategy < 1e8:
+        return None
+    advice = (
+        "raise decomposition_every, or prefer sep_cma_es, snes or open_es above ~1000 parameters"
+        if full
+        else "longer episodes or more rollouts per member amortise it"
+    )
+    return (
+        f"{spec.algorithm} at {num_dims} parameters x popsize {popsize} may cost about "
+        f"{strategy / rollout:.1f}x the rollouts per generation; {advice}"
+    )
+
+
+# Lazy forms of algorithms esjax does not own (evosax's OpenES), tried in order after the
+# algorithm's own: the first whose ``applies`` accepts a run's strategy steps it
+# (:func:`population_path`). An algorithm of esjax's or a user's declares its lazy form itself,
+# as a ``lazy_form`` class attribute, so a new strategy is one module and its line in
+# :data:`esjax.strategies.algorithms.REGISTRY`.
+LAZY_STRATEGIES: tuple[LazyStrategy, ...] = (lazy_openes.LAZY_OPENES,)
+
+
+def lazy_form(strategy: Strategy) -> LazyStrategy | None:
+    """The lazy strategy that computes exactly what ``strategy`` would, or None: the
+    algorithm's own ``lazy_form``, else the first of :data:`LAZY_STRATEGIES` that applies."""
+    own = getattr(type(strategy.es), "lazy_form", None)
+    candidates = (own, *LAZY_STRATEGIES) if own is not None else LAZY_STRATEGIES
+    return next((lazy for lazy in candidates if lazy.applies(strategy)), None)
+
+
+def population_floats(strategy: Strategy, devices: int) -> int:
+    """Floats one device holds for a generation's population, for the memory preflight: a lazy
+    strategy's own count, else three ``popsize x num_dims`` arrays (the noise, the population
+    drawn whole on every device, and ``tell``'s weighted noise)."""
+    lazy = lazy_form(strategy)
+    if lazy is not None:
+        return lazy.held_floats(strategy.popsize, strategy.num_dims, devices)
+    return 3 * strategy.popsize * strategy.num_dims
+
+
+@dataclass(frozen=True)
+class PopulationPath:
+    """How a generation asks, hands members to the rollout, tells and reads one member's row.
+
+    The engine goes through this one object, so a strategy's population is either a
+    ``(popsize, num_dims)`` matrix (evosax's own ask and tell) or lazy members
+    (:class:`esjax.strategies.population.LazyMembers`, from :data:`LAZY_STRATEGIES`).
+    """
+
+    ask: Callable[[jax.Array, Any], tuple[Any, Any]]
+    params: Callable[[Any], Any]
+    tell: Callable[[jax.Array, Any, jax.Array, Any], Any]
+    row: Callable[[Any, jax.Array], jax.Array]
+
+
+def population_path(
+    strategy: Strategy, unravel: Callable, mesh: Mesh | None = None
+) -> PopulationPath:
+    """The lazy path where a :data:`LAZY_STRATEGIES` entry applies, else the materialised one.
+
+    With a ``mesh``, the materialised population is drawn whole on every device (pinned
+    replicated, so only returns cross devices); a lazy one is split as its ``ask`` chooses.
+    """
+    lazy = lazy_form(strategy)
+    if lazy is not None:
+        return PopulationPath(
+            ask=lambda key, state: (lazy.ask(strategy, key, state, unravel, mesh), state),
+            params=lambda population: population,
+            tell=lambda key, population, fitness, state: lazy.tell(
+                strategy, key, population, fitness, state
+            ),
+            row=lambda population, member: population.member_flat(member),
+        )
+
+    def replicated_ask(key, state):
+        population, state = strategy.ask(key, state)
+        if mesh is not None:
+            # Left free, XLA would shard the draw and all-gather it for ``tell``.
+            population = lax.with_sharding_constraint(population, NamedSharding(mesh, P()))
+        return population, state
+
+    return PopulationPath(
+        ask=replicated_ask,
+        params=jax.vmap(unravel),
+        tell=strategy.tell,
+        row=lambda population, member: population[member],
+    )
