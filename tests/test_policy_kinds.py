@@ -3,8 +3,6 @@ module as a policy (``policy.kind = "file.py:factory"``), from a task to ``esjax
 
 from __future__ import annotations
 
-import contextlib
-import io
 import shutil
 from pathlib import Path
 
@@ -13,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from gymnax.environments import spaces
+from test_run_as_data import cli
 
 from esjax.engine.tasks import make_rollout, policy_spec
 from esjax.policies.networks import SPECS, CodePolicy
@@ -115,19 +114,6 @@ def test_a_policys_source_keys_the_kept_programs(tmp_path):
     after = key(f"{policy}:make")
     assert after is not None and after["policy_source"] != before["policy_source"]
     assert cache.code_digest("no_such_module_anywhere:make") == cache.UNREADABLE_CODE
-
-
-def cli(*args: object) -> tuple[int, str]:
-    """``esjax ARGS`` in this process: ``(exit code, stdout and stderr)``."""
-    from esjax.cli.main import app
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        try:
-            code = app([str(a) for a in args], prog_name="esjax", standalone_mode=False)
-        except SystemExit as stop:
-            code = stop.code
-    return int(code or 0), out.getvalue()
 
 
 def test_a_users_module_trains_evaluates_and_a_copied_run_is_refused(tmp_path):

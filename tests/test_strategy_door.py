@@ -4,16 +4,15 @@ trained from the command line. This is CONTRIBUTING.md's third recipe, exercised
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib
-import io
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_run_as_data import cli
 
 from esjax.strategies import algorithms
 from esjax.strategies.fitness import to_fitness
@@ -117,19 +116,6 @@ def test_a_generation_never_holds_the_population(toy, monkeypatch):
         assert {(64, num_dims), (1, 64, num_dims)} & matrix_shapes  # the check can see one
     finally:
         clear_engine_cache()
-
-
-def cli(*args: object) -> tuple[int, str]:
-    """``esjax ARGS`` in this process: ``(exit code, stdout and stderr)``."""
-    from esjax.cli.main import app
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        try:
-            code = app([str(a) for a in args], prog_name="esjax", standalone_mode=False)
-        except SystemExit as stop:
-            code = stop.code
-    return int(code or 0), out.getvalue()
 
 
 def test_it_trains_and_evaluates_from_the_command_line(toy, tmp_path):

@@ -40,7 +40,7 @@ from esjax.run.loop import drive
 from esjax.run.trackers import RunLogger, check_backends
 from esjax.run.training import Interrupted, check_memory, complete_sizes, engine_for, resolve_config
 from esjax.specs.config import ConfigError, RunConfig, changed_keys, parse_override
-from esjax.specs.presets import load_task
+from esjax.specs.presets import MISSING_TASK, load_task
 from esjax.specs.stats import interval_bounds
 
 if TYPE_CHECKING:  # for type hints only: both import evosax, which starts JAX's backend
@@ -179,7 +179,7 @@ def sweep(
     else:
         spec = {**given, "task": str(task) if task is not None else None}
     if spec["task"] is None:
-        raise ConfigError("missing TASK: a preset name (see `esjax list`) or a TOML file")
+        raise ConfigError(MISSING_TASK)
     grid = configurations(spec["vary"])
     if resume:  # before any task is resolved: resolving makes the env
         tasks = [load_task(spec["task"], [*spec["overrides"], *c.overrides])[1] for c in grid]

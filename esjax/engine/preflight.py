@@ -11,7 +11,7 @@ from pathlib import Path
 
 from esjax.engine.tasks import check_task
 from esjax.specs.config import ConfigError, TaskConfig
-from esjax.specs.presets import load_task
+from esjax.specs.presets import MISSING_TASK, load_task
 
 
 def checked_start(
@@ -28,7 +28,7 @@ def checked_start(
     checked task, or None when resuming without one (the directory holds it).
     """
     if task is None and not resume:
-        raise ConfigError("missing TASK: a preset name (see `esjax list`) or a TOML file")
+        raise ConfigError(MISSING_TASK)
     if resume and out is None:
         raise ConfigError(f"--resume needs the {directory} directory: --out {directory.upper()}")
     if task is None:

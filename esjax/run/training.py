@@ -37,7 +37,7 @@ from esjax.specs.config import (
     parse_override,
 )
 from esjax.specs.popsize_rule import apply_popsize_rule
-from esjax.specs.presets import load_task
+from esjax.specs.presets import MISSING_TASK, load_task
 from esjax.specs.version import __version__
 
 __all__ = ["Interrupted", "LostProcess", "RunSummary", "engine_for", "evolve", "resolve_config"]
@@ -317,7 +317,7 @@ def evolve(
                          prepare=lambda config: _prepare_resume(config, *given))  # fmt: skip
     else:
         if task is None:
-            raise ConfigError("missing TASK: a preset name (see `esjax list`) or a TOML file")
+            raise ConfigError(MISSING_TASK)
         config = resolve_config(
             task,
             strategy=strategy,

@@ -13,6 +13,8 @@ from typing import Any, NamedTuple
 from esjax.specs.config import ConfigError, TaskConfig, load_toml, parse_task, suggest, to_dict
 
 FOLDERS = {"task": "tasks", "strategy": "strategies"}
+# What every command and function that starts a run or sweep says when it has no task.
+MISSING_TASK = "missing TASK: a preset name (see `esjax list`) or a TOML file"
 _HERE = Path(__file__).resolve().parents[1]  # the esjax package
 
 
