@@ -11,6 +11,10 @@ a bundle of pure functions:
 * ``apply(params, obs, carry, key) -> (action, carry)``
 
 so the rollout has one code path for both kinds.
+
+``apply`` also takes a low-rank member (:mod:`esjax.policies.lowrank`: weight matrices as
+``LowRank`` leaves): the built-in networks then run without forming a member's weights, and
+a user's module runs on the materialised weights. Plain params take flax's path, unchanged.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from esjax.envs import core as envs
-from esjax.policies import mirror
+from esjax.policies import lowrank, mirror
 from esjax.specs import policy_kinds
 from esjax.specs.config import ConfigError, PolicyConfig
 
@@ -40,6 +44,8 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 }
 
 PyTree = Any
+# (params, carry, x) -> (carry, outputs): a network before its action head.
+StepFn = Callable[[PyTree, PyTree, jax.Array], tuple[PyTree, jax.Array]]
 
 
 def is_discrete(space: Any) -> bool:
@@ -174,6 +180,11 @@ class _MLPNet(nn.Module):
             x = act(nn.Dense(width)(x))
         return nn.Dense(self.outputs)(x)
 
+    @nn.nowrap
+    def lowrank_step(self, params: PyTree, carry: PyTree, x: jax.Array) -> tuple[PyTree, jax.Array]:
+        """:meth:`__call__` on a low-rank member's params (see :class:`Network`)."""
+        return carry, lowrank.mlp(params["params"], x, ACTIVATIONS[self.activation])
+
 
 class _RecurrentNet(nn.Module):
     """A flax recurrent cell class of ``hidden`` units, then a linear head; the parameter
@@ -188,23 +199,59 @@ class _RecurrentNet(nn.Module):
         carry, h = self.cell(self.hidden)(carry, x)
         return carry, nn.Dense(self.outputs)(h)
 
+    @nn.nowrap
+    def lowrank_step(self, params: PyTree, carry: PyTree, x: jax.Array) -> tuple[PyTree, jax.Array]:
+        """:meth:`__call__` on a low-rank member's params (see :class:`Network`)."""
+        return lowrank.recurrent(params["params"], carry, x, self.cell.__name__)
+
 
 @dataclass(frozen=True)
 class Network:
     """What a spec adds to the shared opening of :meth:`_Spec.build`: its flax network as
-    ``init(key) -> params``, ``step(params, carry, x) -> (carry, outputs)`` and its carry."""
+    ``init(key) -> params``, ``step(params, carry, x) -> (carry, outputs)`` and its carry.
+
+    ``lowrank_step`` is ``step`` for a low-rank member (weight matrices as
+    :class:`~esjax.policies.lowrank.LowRank` leaves) computed without forming its weights, so
+    that under ``vmap`` over a chunk the shared part is one product for all members. Without
+    one (a user's module) the member's weights are materialised: exact, but per member.
+    """
 
     init: Callable[[jax.Array], PyTree]
-    step: Callable[[PyTree, PyTree, jax.Array], tuple[PyTree, jax.Array]]
+    step: StepFn
     initial_carry: Callable[[], PyTree] = tuple
     recurrent: bool = False
+    lowrank_step: StepFn | None = None
 
     @classmethod
-    def feed_forward(cls, net: nn.Module, input_size: int) -> Network:
+    def feed_forward(
+        cls, net: nn.Module, input_size: int, lowrank_step: StepFn | None = None
+    ) -> Network:
         return cls(
             lambda key: net.init(key, jnp.zeros((input_size,), jnp.float32)),
             lambda params, carry, x: (carry, net.apply(params, x)),
+            lowrank_step=lowrank_step,
         )
+
+    def dispatching_step(self) -> StepFn:
+        """``step`` for plain params, the low-rank step for low-rank ones.
+
+        Which is a Python-level fact about the params' pytree, decided once at trace time, so
+        it costs nothing at run time, and plain params trace exactly what flax's ``apply``
+        traced before low-rank members existed (every existing run's numbers stay bit-identical).
+        """
+        exact = self.step
+
+        def materialised(params: PyTree, carry: PyTree, x: jax.Array) -> tuple[PyTree, jax.Array]:
+            return exact(lowrank.materialise(params), carry, x)
+
+        thin = self.lowrank_step or materialised
+
+        def step(params: PyTree, carry: PyTree, x: jax.Array) -> tuple[PyTree, jax.Array]:
+            if lowrank.contains_lowrank(params):
+                return thin(params, carry, x)
+            return exact(params, carry, x)
+
+        return step
 
 
 class _Spec:
@@ -229,7 +276,7 @@ class _Spec:
         input_size = obs_size + _meta_feature_size(meta, head)
         net = self._network(input_size, head.size, layout)
         step, initial_carry = _mirrored(
-            net.step, net.initial_carry, self, obs_size, head, meta, layout
+            net.dispatching_step(), net.initial_carry, self, obs_size, head, meta, layout
         )
 
         def apply(params, x, carry, key):
@@ -285,7 +332,7 @@ class MLP(_Spec):
         _check_activation(self.activation)
         _check_positive(hidden=self.hidden)
         net = _MLPNet(tuple(int(w) for w in self.hidden), outputs, self.activation)
-        return Network.feed_forward(net, input_size)
+        return Network.feed_forward(net, input_size, net.lowrank_step)
 
 
 @dataclass(frozen=True)
@@ -319,7 +366,7 @@ class _Recurrent(_Spec):
         def init(key: jax.Array) -> PyTree:
             return net.init(key, self._initial_carry(), jnp.zeros((input_size,), jnp.float32))
 
-        return Network(init, net.apply, self._initial_carry, recurrent=True)
+        return Network(init, net.apply, self._initial_carry, True, net.lowrank_step)
 
 
 def _mirrored(
@@ -417,6 +464,19 @@ class _ConvTorso(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         act = ACTIVATIONS[self.activation]
+        image = self.image(x)
+        for features in self.channels:
+            window, step = (self.kernel, self.kernel), (self.stride, self.stride)
+            image = act(nn.Conv(features, window, step, "VALID")(image))
+        x = jnp.concatenate([image.reshape(-1), self.rest(x)])
+        for width_ in self.hidden:
+            x = act(nn.Dense(width_)(x))
+        return x
+
+    @nn.nowrap
+    def image(self, x: jax.Array) -> jax.Array:
+        """The flat input's leading pixels as the ``(H, W, frames * C)`` image the convs see,
+        centred on the agent if asked; shared by flax's path and the low-rank one."""
         height, width, depth = self.image_shape
         pixels = self.frames * height * width * depth
         # Stacked frames arrive oldest first; they become extra channels of one image.
@@ -426,13 +486,17 @@ class _ConvTorso(nn.Module):
             image = centred_view(
                 image, (self.frames - 1) * depth + self.ego_channel, self.ego_radius
             )
-        for features in self.channels:
-            window, step = (self.kernel, self.kernel), (self.stride, self.stride)
-            image = act(nn.Conv(features, window, step, "VALID")(image))
-        x = jnp.concatenate([image.reshape(-1), x[pixels:]])
-        for width_ in self.hidden:
-            x = act(nn.Dense(width_)(x))
-        return x
+        return image
+
+    @nn.nowrap
+    def rest(self, x: jax.Array) -> jax.Array:
+        """The inputs after the image (meta inputs, env parameters)."""
+        return x[self.frames * math.prod(self.image_shape) :]
+
+    @nn.nowrap
+    def lowrank_args(self, x: jax.Array) -> tuple[jax.Array, jax.Array, int, Callable]:
+        """What :func:`esjax.policies.lowrank.conv_torso` takes after its params."""
+        return self.image(x), self.rest(x), self.stride, ACTIVATIONS[self.activation]
 
 
 class _CNNNet(nn.Module):
@@ -442,6 +506,11 @@ class _CNNNet(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         return nn.Dense(self.outputs)(self.torso(x))
+
+    @nn.nowrap
+    def lowrank_step(self, params: PyTree, carry: PyTree, x: jax.Array) -> tuple[PyTree, jax.Array]:
+        """:meth:`__call__` on a low-rank member's params (see :class:`Network`)."""
+        return carry, lowrank.cnn(params["params"], *self.torso.lowrank_args(x))
 
 
 class _CNNLSTMNet(nn.Module):
@@ -453,6 +522,11 @@ class _CNNLSTMNet(nn.Module):
     def __call__(self, carry: PyTree, x: jax.Array) -> tuple[PyTree, jax.Array]:
         carry, h = nn.OptimizedLSTMCell(self.cell)(carry, self.torso(x))
         return carry, nn.Dense(self.outputs)(h)
+
+    @nn.nowrap
+    def lowrank_step(self, params: PyTree, carry: PyTree, x: jax.Array) -> tuple[PyTree, jax.Array]:
+        """:meth:`__call__` on a low-rank member's params (see :class:`Network`)."""
+        return lowrank.cnn_lstm(params["params"], carry, *self.torso.lowrank_args(x))
 
 
 @dataclass(frozen=True)
@@ -518,7 +592,8 @@ class CNN(_Spec):
             self._radius(image_shape),
         )
         if int(self.lstm) <= 0:
-            return Network.feed_forward(_CNNNet(torso, outputs), input_size)
+            net = _CNNNet(torso, outputs)
+            return Network.feed_forward(net, input_size, net.lowrank_step)
         cell = int(self.lstm)
         recurrent_net = _CNNLSTMNet(torso, cell, outputs)
 
@@ -530,7 +605,7 @@ class CNN(_Spec):
             zeros_x = jnp.zeros((input_size,), jnp.float32)
             return recurrent_net.init(key, initial_carry(), zeros_x)
 
-        return Network(init, recurrent_net.apply, initial_carry, recurrent=True)
+        return Network(init, recurrent_net.apply, initial_carry, True, recurrent_net.lowrank_step)
 
     def _radius(self, image_shape: tuple[int, int, int]) -> int:
         """The window's radius; by default far enough that no cell leaves the view."""
