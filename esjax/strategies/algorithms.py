@@ -33,11 +33,12 @@ from evosax.core import fitness_shaping as shaping
 
 from esjax.specs.config import ConfigError, suggest
 from esjax.strategies.cma import LazyCMA_ES
+from esjax.strategies.lowrank_es import LowRank_ES
 
 # evosax's classes by name, except that full CMA-ES is evosax's own subclassed to decompose its
 # covariance lazily (esjax.strategies.cma); with decomposition_every = 1 it is evosax's CMA_ES
 # exactly.
-REGISTRY: dict[str, type] = {**ea.algorithms, "CMA_ES": LazyCMA_ES}
+REGISTRY: dict[str, type] = {**ea.algorithms, "CMA_ES": LazyCMA_ES, "LowRank_ES": LowRank_ES}
 
 OPTIMIZERS = ("sgd", "adam", "clipup")
 NOISE_PRNGS = ("threefry", "rbg", "unsafe_rbg")

@@ -35,7 +35,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from esjax.strategies import draw
-from esjax.strategies.population import AXIS
+from esjax.strategies.population import AXIS, best_and_shaped
 
 # ``tell`` sums the pairs in at most this many blocks: enough that on a mesh up to this size
 # no device holds more than one block over an even share, few enough that gathering one
@@ -297,23 +297,8 @@ def weighted_noise(population: LazyPopulation, pair_weights: jax.Array) -> jax.A
 
 def tell(strategy: Any, key: jax.Array, population: LazyPopulation, fitness: jax.Array, state):
     """evosax's ``Open_ES.tell`` (best so far, shaping, gradient step, std schedule) from pairs."""
-    from evosax.algorithms.base import update_best_solution_and_fitness
-
-    es, params = strategy.es, strategy.params
-    best = jnp.argmin(fitness)
-    best_solution, best_fitness = update_best_solution_and_fitness(
-        population.member_flat(best)[None],
-        fitness[best][None],
-        state.best_solution,
-        state.best_fitness,
-    )
-    state = state.replace(best_solution=best_solution, best_fitness=best_fitness)
-    # Shaping sees fitness only (``applies`` excludes the L2 penalty, which reads parameters);
-    # a zero-width population keeps the grouped shaping's reshapes valid.
-    placeholder = jnp.zeros((es.population_size, 0), population.mean.dtype)
-    shaped = es._postprocess_fitness(
-        fitness, es.fitness_shaping_fn(placeholder, fitness, state, params)
-    )
+    es = strategy.es
+    state, shaped = best_and_shaped(strategy, population, fitness, state)
     half = es.population_size // 2
     pair_weights = shaped[:half] - shaped[half:]
     grad = weighted_noise(population, pair_weights) / (es.population_size * state.std)

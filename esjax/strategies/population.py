@@ -10,8 +10,9 @@ code ask of one; :class:`LazyStrategy` is what the engine asks of the strategy t
 (:mod:`esjax.strategies.lazy_openes`) is one implementation; the registry of them is
 :data:`esjax.strategies.strategy.LAZY_STRATEGIES`.
 
-This module holds no implementation and imports no strategy library, so the rollout can import
-it before JAX's devices are set.
+Besides the protocols it holds the one step every lazy ``tell`` opens with
+(:func:`best_and_shaped`). It imports no strategy library at import time, so the rollout can
+import it before JAX's devices are set.
 """
 
 from __future__ import annotations
@@ -126,3 +127,33 @@ class LazyStrategy(Protocol):
         """Floats one device holds for a generation's population, beyond the strategy state
         (the memory preflight charges this instead of a materialised population's)."""
         ...
+
+
+def best_and_shaped(
+    strategy: Any, population: LazyMembers, fitness: jax.Array, state: PyTree
+) -> tuple[PyTree, jax.Array]:
+    """How every lazy ``tell`` opens: the state with the best member so far updated (from the
+    one member's row, :meth:`LazyMembers.member_flat`), and the shaped fitness.
+
+    Shaping sees the fitness only: a lazy strategy applies only where its shaping reads no
+    parameters (no L2 penalty), and a zero-width population keeps the grouped shaping's
+    reshapes valid.
+    """
+    # evosax is imported here, not at the top: it creates arrays at import (see the docstring).
+    import jax.numpy as jnp
+    from evosax.algorithms.base import update_best_solution_and_fitness
+
+    es = strategy.es
+    best = jnp.argmin(fitness)
+    best_solution, best_fitness = update_best_solution_and_fitness(
+        population.member_flat(best)[None],
+        fitness[best][None],
+        state.best_solution,
+        state.best_fitness,
+    )
+    state = state.replace(best_solution=best_solution, best_fitness=best_fitness)
+    placeholder = jnp.zeros((es.population_size, 0), state.mean.dtype)
+    shaped = es._postprocess_fitness(
+        fitness, es.fitness_shaping_fn(placeholder, fitness, state, strategy.params)
+    )
+    return state, shaped

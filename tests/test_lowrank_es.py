@@ -1,0 +1,194 @@
+"""The low-rank strategy (esjax.strategies.lowrank_es) against references computed another way:
+its lazy members against the population its evosax-API ``ask`` materialises, its update from
+thin factors against the dense sum over that population, and the claim that its update has
+OpenES's scale (so OpenES's learning rates carry over) against sampled statistics."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+
+from esjax.policies.lowrank import LowRank, materialise
+from esjax.strategies.fitness import to_fitness
+from esjax.strategies.lowrank_es import Layout, LazyLowRank, LowRank_ES
+from esjax.strategies.strategy import (
+    build_strategy,
+    lazy_form,
+    load_strategy,
+    population_floats,
+    population_path,
+)
+
+# A member's parameters as a policy has them: a dense layer, a conv kernel, a bias.
+TREE = {
+    "Conv_0": {"kernel": jnp.zeros((3, 3, 2, 4)), "bias": jnp.zeros((4,))},
+    "Dense_0": {"kernel": jnp.zeros((5, 7)), "bias": jnp.zeros((7,))},
+}
+FLAT, UNRAVEL = ravel_pytree(TREE)
+NUM_DIMS = FLAT.size
+
+
+def lowrank(popsize=16, rank=1, antithetic=True, **settings):
+    """The run's strategy (built as esjax builds it) and the same algorithm over ``TREE``."""
+    settings = {"popsize": popsize, "rank": rank, "antithetic": antithetic, **settings}
+    strategy = build_strategy(load_strategy("lowrank_es", settings), NUM_DIMS)
+    es = strategy.es
+    over_tree = LowRank_ES(popsize, TREE, rank=rank, use_antithetic_sampling=antithetic,
+                           optimizer=es.optimizer, std_schedule=es.std_schedule,
+                           fitness_shaping_fn=es.fitness_shaping_fn)  # fmt: skip
+    return strategy, dataclasses.replace(strategy, es=over_tree)
+
+
+def test_it_is_found_by_name_and_its_lazy_form_applies():
+    strategy, _ = lowrank(rank=2, std_init=0.3)
+    assert type(strategy.es) is LowRank_ES and strategy.es.rank == 2
+    assert isinstance(lazy_form(strategy), LazyLowRank)
+    assert float(strategy.es.std_schedule(0)) == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize(("rank", "antithetic"), [(1, True), (3, True), (2, False)])
+def test_each_lazy_member_is_the_materialised_population_row(rank, antithetic):
+    _, strategy = lowrank(rank=rank, antithetic=antithetic, std_init=0.4)
+    state = strategy.init(jax.random.key(0), jnp.linspace(-1.0, 1.0, NUM_DIMS))
+    key = jax.random.key(3)
+    matrix, _ = strategy.es._ask(strategy.noise_key(key), state, strategy.params)
+    members = population_path(strategy, UNRAVEL).ask(key, state)[0]
+    for member in range(strategy.popsize):
+        params = members.member(jnp.int32(member))
+        kernels = [
+            leaf for leaf in jax.tree.leaves(params, is_leaf=lambda x: isinstance(x, LowRank))
+        ]
+        assert sum(isinstance(leaf, LowRank) for leaf in kernels) == 2  # both matrices
+        row = ravel_pytree(materialise(params))[0]
+        np.testing.assert_allclose(row, matrix[member], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(members.member_flat(member), matrix[member], rtol=1e-6)
+    if antithetic:  # pairs: the second half is the first's negative
+        half = strategy.popsize // 2
+        mean = state.mean
+        np.testing.assert_allclose(matrix[half:] - mean, -(matrix[:half] - mean), atol=1e-6)
+
+
+def test_a_matrix_perturbation_has_the_rank_asked_for():
+    _, strategy = lowrank(rank=2)
+    state = strategy.init(jax.random.key(0), jnp.zeros(NUM_DIMS))
+    matrix, _ = strategy.es._ask(jax.random.key(1), state, strategy.params)
+    dense = UNRAVEL(matrix[0])["Dense_0"]["kernel"]
+    assert np.linalg.matrix_rank(np.asarray(dense), tol=1e-5) == 2
+    conv = UNRAVEL(matrix[0])["Conv_0"]["kernel"].reshape(18, 4)
+    assert np.linalg.matrix_rank(np.asarray(conv), tol=1e-5) == 2
+
+
+@pytest.mark.parametrize("antithetic", [True, False])
+def test_lazy_tells_equal_evosax_tells_on_the_materialised_population(antithetic):
+    """Two generations: the lazy path (thin factors) against evosax's ``tell`` handed the
+    population matrix its ``ask`` made (``(x - mean) / std`` recovered, a dense product)."""
+    _, strategy = lowrank(rank=2, antithetic=antithetic, learning_rate=0.05, std_init=0.5)
+    start = strategy.init(jax.random.key(0), jnp.linspace(-1.0, 1.0, NUM_DIMS))
+    path = population_path(strategy, UNRAVEL)
+    lazy_state = matrix_state = start
+    for generation in range(2):
+        key = jax.random.key(10 + generation)
+        members, _ = path.ask(key, lazy_state)
+        matrix, _ = strategy.es._ask(strategy.noise_key(key), matrix_state, strategy.params)
+        fitness = to_fitness(jnp.cos(jnp.arange(16.0) * (generation + 2)))
+        lazy_state = path.tell(key, members, fitness, lazy_state)
+        matrix_state, _ = strategy.es.tell(key, matrix, fitness, matrix_state, strategy.params)
+        np.testing.assert_allclose(lazy_state.mean, matrix_state.mean, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(lazy_state.best_solution, matrix_state.best_solution,
+                                   rtol=1e-5, atol=1e-6)  # fmt: skip
+    assert not np.allclose(lazy_state.mean, start.mean)
+    assert int(lazy_state.generation_counter) == 2
+
+
+def test_the_update_from_thin_factors_is_the_dense_weighted_sum():
+    layout = Layout.of(TREE, rank=3)
+    key = jax.random.key(5)
+    weights = jax.random.normal(jax.random.key(6), (37,))
+    dense = sum(w * layout.delta(layout.noise(key, jnp.int32(p))) for p, w in enumerate(weights))
+    np.testing.assert_allclose(layout.weighted_sum(key, weights), dense, rtol=1e-4, atol=1e-5)
+
+
+def test_blocks_of_pairs_do_not_change_the_update(monkeypatch):
+    """The update is drawn a block of pairs at a time; blocks of one pair give the same sum."""
+    import esjax.strategies.lowrank_es as module
+
+    layout = Layout.of(TREE, rank=2)
+    key, weights = jax.random.key(7), jax.random.normal(jax.random.key(8), (50,))
+    whole = layout.weighted_sum(key, weights)
+    monkeypatch.setattr(module, "BLOCK_FLOATS", layout.pair_floats * 3)  # 17 blocks, one ragged
+    assert layout.block(50) == 3
+    np.testing.assert_allclose(layout.weighted_sum(key, weights), whole, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("rank", [1, 4])
+def test_a_perturbation_entry_has_openes_scale(rank):
+    """Each entry of ``A Bᵀ / sqrt(r)`` has mean 0 and variance 1, like OpenES's ``z``, and
+    two entries are uncorrelated: ``E[z zᵀ] = I`` for both strategies."""
+    layout = Layout(((6, 5),), rank)
+    draws = jax.vmap(lambda p: layout.delta(layout.noise(jax.random.key(0), p)))(
+        jnp.arange(20_000, dtype=jnp.int32)
+    )
+    draws = np.asarray(draws, np.float64)
+    moments = draws.T @ draws / len(draws)
+    # Standard error of a mean of z^2 (variance 9 at rank 1) over 20k draws: ~0.02.
+    np.testing.assert_allclose(np.diag(moments), 1.0, atol=0.12)
+    off = moments[~np.eye(30, dtype=bool)]
+    assert np.abs(off).max() < 0.12 and abs(draws.mean()) < 0.02
+
+
+def test_the_update_has_openes_expected_value():
+    """On a linear fitness ``c . x`` (identity shaping), both strategies' gradient estimates
+    average to ``c``: the same update in expectation, so a learning rate carries over."""
+    c = jax.random.normal(jax.random.key(1), (NUM_DIMS,))
+    estimates = {}
+    for name in ("lowrank_es", "open_es"):
+        settings = {"popsize": 512, "fitness_shaping": "identity", "std_init": 0.1,
+                    "optimizer": "sgd", "learning_rate": 1.0, "momentum": 0.0}  # fmt: skip
+        if name == "lowrank_es":  # rank 4: the 1 / sqrt(r) scaling matters
+            settings["rank"] = 4
+        strategy = build_strategy(load_strategy(name, settings), NUM_DIMS)
+        path = population_path(strategy, UNRAVEL)
+        start = strategy.init(jax.random.key(0), jnp.zeros(NUM_DIMS))
+
+        @jax.jit
+        def step(key, strategy=strategy, path=path, start=start):
+            population, state = path.ask(key, start)
+            rows = jax.vmap(path.row, in_axes=(None, 0))(population, jnp.arange(512))
+            # evosax minimises: fitness -c.x, so the descent step moves the mean along +c.
+            return path.tell(key, population, -(rows @ c), state).mean
+
+        estimates[name] = np.mean([step(jax.random.key(s)) for s in range(40)], axis=0)
+    for name, estimate in estimates.items():
+        cosine = estimate @ c / np.linalg.norm(estimate) / np.linalg.norm(c)
+        assert cosine > 0.97, name
+        assert np.linalg.norm(estimate) / np.linalg.norm(c) == pytest.approx(1.0, abs=0.1), name
+
+
+def test_the_preflight_charges_no_population():
+    """What a generation holds does not grow with popsize (a full-rank OpenES's does)."""
+    small = build_strategy(load_strategy("lowrank_es", {"popsize": 256}), 1_000_000)
+    large = build_strategy(load_strategy("lowrank_es", {"popsize": 65_536}), 1_000_000)
+    assert population_floats(small, 1) == population_floats(large, 1) < 10_000_000
+    openes = build_strategy(load_strategy("open_es", {"popsize": 65_536}), 1_000_000)
+    assert population_floats(openes, 1) > 1000 * population_floats(large, 1)
+
+
+def test_an_l2_penalty_is_refused_in_one_line():
+    from esjax.specs.config import ConfigError
+
+    strategy, _ = lowrank(l2_penalty=0.1)
+    state = strategy.init(jax.random.key(0), jnp.zeros(NUM_DIMS))
+    with pytest.raises(ConfigError, match="l2_penalty"):
+        population_path(strategy, UNRAVEL).ask(jax.random.key(1), state)
+
+
+def test_rank_zero_is_refused():
+    from esjax.specs.config import ConfigError
+
+    with pytest.raises(ConfigError, match="rank"):
+        lowrank(rank=0)
