@@ -66,8 +66,8 @@ def lowrank_member(params, rank, key=0, scale=0.3):
             out.append(leaf + scale * jax.random.normal(next(keys), leaf.shape))
             continue
         rows, columns = math.prod(leaf.shape[:-1]), leaf.shape[-1]
-        a = jax.random.normal(next(keys), (rows, rank))
-        b = jax.random.normal(next(keys), (columns, rank))
+        a = jax.random.normal(next(keys), (rank, rows))
+        b = jax.random.normal(next(keys), (rank, columns))
         size = scale / math.sqrt(rank * rows)
         out.append(LowRank(leaf, a, b, jnp.asarray(size, jnp.float32)))
     return jax.tree.unflatten(tree, out)
@@ -80,7 +80,7 @@ def full_weights(member):
         if not isinstance(leaf, LowRank):
             return leaf
         base = np.asarray(leaf.base, np.float64)
-        product = np.asarray(leaf.a, np.float64) @ np.asarray(leaf.b, np.float64).T
+        product = np.asarray(leaf.a, np.float64).T @ np.asarray(leaf.b, np.float64)
         return jnp.asarray(base + float(leaf.scale) * product.reshape(base.shape), jnp.float32)
 
     return jax.tree.map(full, member, is_leaf=lambda x: isinstance(x, LowRank))
@@ -140,8 +140,8 @@ def chunk_jaxpr(policy, members, obs_size, rank=2):
             axes.append(0)
             continue
         rows, columns = math.prod(leaf.shape[:-1]), leaf.shape[-1]
-        a = jax.random.normal(next(keys), (members, rows, rank))
-        b = jax.random.normal(next(keys), (members, columns, rank))
+        a = jax.random.normal(next(keys), (members, rank, rows))
+        b = jax.random.normal(next(keys), (members, rank, columns))
         chunk.append(LowRank(leaf, a, b, jnp.full((members,), 0.1)))
         axes.append(LowRank(None, 0, 0, 0))
 

@@ -45,11 +45,14 @@ _CONV_DIMENSIONS = lax.ConvDimensionNumbers((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1
 
 @struct.dataclass
 class LowRank:
-    """``base + scale * (a @ b.T)`` reshaped to ``base.shape``.
+    """``base + scale * (a.T @ b)`` reshaped to ``base.shape``.
 
-    ``base``: the shared kernel, any shape of two or more axes; ``a``: ``(prod(base.shape[:-1]),
-    r)``; ``b``: ``(base.shape[-1], r)``; ``scale``: a scalar (the member's sign, the search's
-    std and ``1 / sqrt(r)`` folded together).
+    ``base``: the shared kernel, any shape of two or more axes; ``a``: ``(r,
+    prod(base.shape[:-1]))``; ``b``: ``(r, base.shape[-1])``; ``scale``: a scalar (the member's
+    sign, the search's std and ``1 / sqrt(r)`` folded together). The factors are stored a row
+    per rank: each factor vector is then contiguous, and under ``vmap`` over members the thin
+    products are ``r`` dot products per member (a CPU ran a chunk's layer at about 0.85 of
+    the shared product alone, against 0.2 with the factors stored a column per rank at rank 4).
     """
 
     base: jax.Array
@@ -67,7 +70,7 @@ class LowRank:
 
     def materialise(self) -> jax.Array:
         """The member's full kernel (for checks and for networks without a low-rank path)."""
-        delta = (self.a @ self.b.T).reshape(self.base.shape)
+        delta = (self.a.T @ self.b).reshape(self.base.shape)
         return self.base + self.scale * delta
 
 
@@ -90,11 +93,17 @@ def matrix_shape(shape: tuple[int, ...]) -> tuple[int, int]:
     return math.prod(shape[:-1]), int(shape[-1])
 
 
+def correction(x: jax.Array, kernel: LowRank) -> jax.Array:
+    """``scale * (x @ aᵀ) @ b`` over the last axis of ``x``: a member's own part of a layer."""
+    thin = jnp.einsum("...m,rm->...r", x, kernel.a)
+    return kernel.scale * jnp.einsum("...r,rn->...n", thin, kernel.b)
+
+
 def dense(x: jax.Array, kernel: jax.Array | LowRank) -> jax.Array:
     """``x @ kernel`` over the last axis of ``x``, a :class:`LowRank` kernel without forming it."""
     if not is_lowrank(kernel):
         return jnp.dot(x, kernel)
-    return jnp.dot(x, kernel.base) + kernel.scale * jnp.dot(jnp.dot(x, kernel.a), kernel.b.T)
+    return jnp.dot(x, kernel.base) + correction(x, kernel)
 
 
 def _plain_conv(x: jax.Array, kernel: jax.Array, strides: tuple[int, int]) -> jax.Array:
@@ -127,9 +136,9 @@ def conv(x: jax.Array, kernel: jax.Array | LowRank, strides: int | Sequence[int]
     if not is_lowrank(kernel):
         return _plain_conv(x, kernel, strides)
     kh, kw, c_in, _ = kernel.shape
-    thin = kernel.a.reshape(kh, kw, c_in, kernel.a.shape[-1])
-    correction = jnp.dot(_plain_conv(x, thin, strides), kernel.b.T)
-    return _plain_conv(x, kernel.base, strides) + kernel.scale * correction
+    thin = jnp.moveaxis(kernel.a.reshape(kernel.a.shape[0], kh, kw, c_in), 0, -1)
+    mixed = jnp.einsum("...r,rn->...n", _plain_conv(x, thin, strides), kernel.b)
+    return _plain_conv(x, kernel.base, strides) + kernel.scale * mixed
 
 
 def linear(params: Params, x: jax.Array) -> jax.Array:
@@ -155,7 +164,7 @@ def _dense_split(x: jax.Array, kernels: Sequence[jax.Array | LowRank]) -> list[j
     y = jnp.dot(x, jnp.concatenate(bases, axis=-1))
     parts = jnp.split(y, np.cumsum([b.shape[-1] for b in bases[:-1]]).tolist(), axis=-1)
     return [
-        part + k.scale * jnp.dot(jnp.dot(x, k.a), k.b.T) if is_lowrank(k) else part
+        part + correction(x, k) if is_lowrank(k) else part
         for part, k in zip(parts, kernels, strict=True)
     ]
 

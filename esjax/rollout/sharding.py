@@ -21,7 +21,6 @@ import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from esjax.policies.lowrank import is_lowrank
 from esjax.strategies.population import AXIS, LazyMembers
 
 PyTree = Any
@@ -48,15 +47,12 @@ def member_ids(pop_params: PyTree) -> tuple[PyTree, Callable[[PyTree], PyTree], 
     A materialised population is its own ids. A lazy one maps over ``(pair, negative)`` and
     each chunk decodes its own members' parameters, so the population never exists as a
     whole. ``shapes`` has a leading member axis (for a lazy population, one member's shape
-    structs): a chunk is sized from it without anything being drawn. A low-rank member's
-    matrices count by their factors only: the shared matrix is read once for the whole chunk.
+    structs, low-rank kernels as they are): a chunk is sized from it without anything being
+    drawn.
     """
     if isinstance(pop_params, LazyMembers):
         ids, decode = pop_params.members(), pop_params.member
         shapes = jax.eval_shape(jax.vmap(decode), jax.tree.map(lambda x: x[:1], ids))
-        shapes = jax.tree.map(
-            lambda x: (x.a, x.b) if is_lowrank(x) else x, shapes, is_leaf=is_lowrank
-        )
         return ids, decode, shapes
 
     def decode(params: PyTree) -> PyTree:

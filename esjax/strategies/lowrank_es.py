@@ -3,7 +3,8 @@
 Member ``i`` of OpenES is ``mean + std * z_i`` with ``z_i`` Gaussian over every parameter. Here
 each parameter leaf of two or more axes (a weight matrix; a conv kernel as the
 ``(kh kw c_in) x c_out`` matrix it contracts as) is perturbed by ``std * A_i B_iᵀ / sqrt(r)``
-with ``A_i`` (rows x r) and ``B_i`` (columns x r) standard normal, and every other leaf (biases,
+with ``A_i`` (rows x r) and ``B_i`` (columns x r) standard normal (stored a row per rank, as
+:class:`esjax.policies.lowrank.LowRank` takes them), and every other leaf (biases,
 norms) by ordinary Gaussian noise. Each entry of ``A Bᵀ / sqrt(r)`` has mean 0 and variance 1,
 like an entry of OpenES's ``z``, and the perturbation is uncorrelated across entries, so
 ``E[z zᵀ] = I`` holds for both. The gradient estimate ``sum_i f_i z_i / (popsize std)`` is
@@ -108,8 +109,8 @@ class Layout:
             leaf_key = jax.random.fold_in(pair_key, index)
             if self.is_matrix(shape):
                 rows, cols = matrix_shape(shape)
-                factors = jax.random.normal(leaf_key, (rows + cols, self.rank))
-                drawn.append((factors[:rows], factors[rows:]))
+                factors = jax.random.normal(leaf_key, (self.rank, rows + cols))
+                drawn.append((factors[:, :rows], factors[:, rows:]))
             else:
                 drawn.append(jax.random.normal(leaf_key, shape))
         return drawn
@@ -132,7 +133,7 @@ class Layout:
         parts = []
         for drawn in noise:
             if isinstance(drawn, tuple):
-                parts.append((drawn[0] @ drawn[1].T).reshape(-1) / math.sqrt(self.rank))
+                parts.append((drawn[0].T @ drawn[1]).reshape(-1) / math.sqrt(self.rank))
             else:
                 parts.append(drawn.reshape(-1))
         return jnp.concatenate(parts) if parts else jnp.zeros((0,))
@@ -162,12 +163,11 @@ class Layout:
     def _block_sum(self, w: jax.Array, drawn: Any, shape: tuple[int, ...]) -> jax.Array:
         if not isinstance(drawn, tuple):
             return jnp.tensordot(w, drawn, axes=1)
-        a, b = drawn  # (block, rows, r), (block, cols, r)
-        rows, cols = a.shape[1], b.shape[1]
+        a, b = drawn  # (block, r, rows), (block, r, cols)
+        rows, cols = a.shape[-1], b.shape[-1]
         # (rows, block r) @ (block r, cols): the thin factors' product, Aᵀ diag(w) B.
-        weighted = jnp.moveaxis(a * w[:, None, None], 0, 1).reshape(rows, -1)
-        thin = jnp.moveaxis(b, 0, 1).reshape(cols, -1)
-        return (weighted @ thin.T / math.sqrt(self.rank)).reshape(shape)
+        weighted = (a * w[:, None, None]).reshape(-1, rows)
+        return (weighted.T @ b.reshape(-1, cols) / math.sqrt(self.rank)).reshape(shape)
 
 
 class LowRank_ES(DistributionBasedAlgorithm):
