@@ -178,6 +178,17 @@ def test_the_preflight_charges_no_population():
     assert population_floats(openes, 1) > 1000 * population_floats(large, 1)
 
 
+def test_no_cost_warning_at_65536_members_of_a_million_parameters():
+    """Its ``tell`` multiplies thin factors (one multiply-add per entry of a pair's product),
+    far below 20-step rollouts; OpenES's Gaussian per entry is warned about there."""
+    from esjax.strategies.strategy import strategy_cost_hint
+
+    lowrank = load_strategy("lowrank_es", {"popsize": 65536})
+    assert strategy_cost_hint(lowrank, 1_054_721, 65536, steps_per_member=20) is None
+    openes = load_strategy("open_es", {"popsize": 65536})
+    assert "open_es" in strategy_cost_hint(openes, 1_054_721, 65536, steps_per_member=20).lower()
+
+
 def test_an_l2_penalty_is_refused_in_one_line():
     from esjax.specs.config import ConfigError
 

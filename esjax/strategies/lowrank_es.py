@@ -177,6 +177,10 @@ class LowRank_ES(DistributionBasedAlgorithm):
     a flat vector is one vector leaf, and the search is then OpenES's.
     """
 
+    # What a generation costs per member and parameter, for esjax's cost warning: ``tell``'s
+    # thin products, one multiply-add per entry of a pair's ``A Bᵀ`` (the draws are thin).
+    FLOPS_PER_ENTRY = 1.0
+
     def __init__(
         self,
         population_size: int,

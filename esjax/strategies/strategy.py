@@ -583,7 +583,7 @@ def strategy_cost_hint(
     A rough count of floating-point work per generation: the rollouts evaluate an MLP of
     ``num_dims`` weights (~2 flops each) at every step of every member's episodes; diagonal
     strategies touch each of ``popsize x num_dims`` noise entries a few dozen times (drawing a
-    Gaussian dominates); full-matrix strategies (CMA-ES, xNES, ...) also multiply by and
+    Gaussian dominates), or as often as the algorithm's ``FLOPS_PER_ENTRY`` says; full-matrix strategies (CMA-ES, xNES, ...) also multiply by and
     decompose an n x n matrix.
     """
     n, p = float(num_dims), float(popsize)
@@ -592,7 +592,10 @@ def strategy_cost_hint(
     # A lazily decomposed CMA-ES pays the n^3 decomposition once every k generations.
     every = spec.settings.get("decomposition_every")
     every = resolve_decomposition_every(every, num_dims, popsize) if every is not None else 1
-    strategy = 4.0 * p * n * n + 10.0 * n**3 / every if full else 30.0 * p * n
+    # An algorithm may say what it spends per member and parameter (the low-rank strategy only
+    # multiplies thin factors: no Gaussian per entry).
+    per_entry = getattr(algorithms.REGISTRY[spec.algorithm], "FLOPS_PER_ENTRY", 30.0)
+    strategy = 4.0 * p * n * n + 10.0 * n**3 / every if full else per_entry * p * n
     # Below ~1e8 flops (milliseconds) the strategy's cost is not worth a warning.
     if strategy < 0.5 * rollout or strategy < 1e8:
         return None
