@@ -131,8 +131,9 @@ def test_a_sweep_over_rank_and_std_equals_each_run_alone(tmp_path):
     from esjax.run.training import resolve_config
 
     vary = ["strategy_settings.rank=1,3", "strategy_settings.std_init=0.1,0.3"]
+    small = [*SMALL, "test_episodes=4"]
     tiny = dict(strategy="lowrank_es", popsize=8, generations=3, rollouts=1, seeds=2,
-                overrides=SMALL, test_episodes=4)  # fmt: skip
+                overrides=small)  # fmt: skip
     record = sweeps.sweep("pendulum", vary, out=tmp_path / "sweep", **tiny)
     grid = sweeps.configurations(vary)
     resolved = [resolve_config("pendulum", strategy="lowrank_es", popsize=8,

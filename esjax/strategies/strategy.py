@@ -583,8 +583,8 @@ def strategy_cost_hint(
     A rough count of floating-point work per generation: the rollouts evaluate an MLP of
     ``num_dims`` weights (~2 flops each) at every step of every member's episodes; diagonal
     strategies touch each of ``popsize x num_dims`` noise entries a few dozen times (drawing a
-    Gaussian dominates), or as often as the algorithm's ``FLOPS_PER_ENTRY`` says; full-matrix strategies (CMA-ES, xNES, ...) also multiply by and
-    decompose an n x n matrix.
+    Gaussian dominates), or as often as the algorithm's ``FLOPS_PER_ENTRY`` says; full-matrix
+    strategies (CMA-ES, xNES, ...) also multiply by and decompose an n x n matrix.
     """
     n, p = float(num_dims), float(popsize)
     rollout = 2.0 * n * p * steps_per_member
