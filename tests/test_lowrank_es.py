@@ -85,19 +85,32 @@ def test_a_matrix_perturbation_has_the_rank_asked_for():
 
 @pytest.mark.parametrize("antithetic", [True, False])
 def test_lazy_tells_equal_evosax_tells_on_the_materialised_population(antithetic):
-    """Two generations: the lazy path (thin factors) against evosax's ``tell`` handed the
-    population matrix its ``ask`` made (``(x - mean) / std`` recovered, a dense product)."""
+    """Two generations: the lazy path (thin factors) against evosax's own ``Open_ES.tell``
+    handed the population matrix the low-rank ``ask`` made: evosax recovers the noise as
+    ``(x - mean) / std`` and takes OpenES's gradient and optimizer step from it."""
+    from evosax.algorithms import Open_ES
+
     _, strategy = lowrank(rank=2, antithetic=antithetic, learning_rate=0.05, std_init=0.5)
-    start = strategy.init(jax.random.key(0), jnp.linspace(-1.0, 1.0, NUM_DIMS))
+    es = strategy.es
+    openes = Open_ES(
+        16,
+        FLAT,
+        use_antithetic_sampling=antithetic,
+        optimizer=es.optimizer,
+        std_schedule=es.std_schedule,
+        fitness_shaping_fn=es.fitness_shaping_fn,
+    )
+    mean = jnp.linspace(-1.0, 1.0, NUM_DIMS)
+    lazy_state = start = strategy.init(jax.random.key(0), mean)
+    matrix_state = openes.init(jax.random.key(0), mean, openes.default_params)
     path = population_path(strategy, UNRAVEL)
-    lazy_state = matrix_state = start
     for generation in range(2):
         key = jax.random.key(10 + generation)
         members, _ = path.ask(key, lazy_state)
-        matrix, _ = strategy.es._ask(strategy.noise_key(key), matrix_state, strategy.params)
+        matrix, _ = es._ask(strategy.noise_key(key), lazy_state, strategy.params)
         fitness = to_fitness(jnp.cos(jnp.arange(16.0) * (generation + 2)))
         lazy_state = path.tell(key, members, fitness, lazy_state)
-        matrix_state, _ = strategy.es.tell(key, matrix, fitness, matrix_state, strategy.params)
+        matrix_state, _ = openes.tell(key, matrix, fitness, matrix_state, openes.default_params)
         np.testing.assert_allclose(lazy_state.mean, matrix_state.mean, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(lazy_state.best_solution, matrix_state.best_solution,
                                    rtol=1e-5, atol=1e-6)  # fmt: skip
@@ -185,17 +198,36 @@ def test_no_cost_warning_at_65536_members_of_a_million_parameters():
 
     lowrank = load_strategy("lowrank_es", {"popsize": 65536})
     assert strategy_cost_hint(lowrank, 1_054_721, 65536, steps_per_member=20) is None
+    # r multiply-adds per entry and pair: at rank 64 the update rivals 20-step rollouts.
+    wide = load_strategy("lowrank_es", {"popsize": 65536, "rank": 64})
+    assert strategy_cost_hint(wide, 1_054_721, 65536, steps_per_member=20) is not None
     openes = load_strategy("open_es", {"popsize": 65536})
     assert "open_es" in strategy_cost_hint(openes, 1_054_721, 65536, steps_per_member=20).lower()
 
 
-def test_an_l2_penalty_is_refused_in_one_line():
+@pytest.mark.parametrize(
+    ("setting", "value"), [("l2_penalty", 0.1), ("noise_prng", "rbg"), ("noise_prng", "unsafe_rbg")]
+)
+def test_settings_it_cannot_honour_are_refused_when_built(setting, value):
+    """An L2 penalty reads members it never forms; rbg keys draw a member's factors
+    differently alone and in a batch (so a pair would not be antithetic, and ``tell`` would
+    weigh noise nobody was evaluated on)."""
     from esjax.specs.config import ConfigError
 
-    strategy, _ = lowrank(l2_penalty=0.1)
-    state = strategy.init(jax.random.key(0), jnp.zeros(NUM_DIMS))
-    with pytest.raises(ConfigError, match="l2_penalty"):
-        population_path(strategy, UNRAVEL).ask(jax.random.key(1), state)
+    with pytest.raises(ConfigError, match=setting) as refused:
+        lowrank(**{setting: value})
+    assert "\n" not in str(refused.value)
+
+
+def test_rbg_keys_would_break_the_pairs():
+    """Why ``noise_prng`` stays threefry: with an rbg key, a member's factors drawn inside a
+    batch are not the ones drawn alone."""
+    layout = Layout.of(TREE, rank=1)
+    for impl, same in (("threefry2x32", True), ("rbg", False)):
+        key = jax.random.key(3, impl=impl)
+        alone = layout.delta(layout.noise(key, jnp.int32(5)))
+        batch = jax.vmap(lambda p, key=key: layout.delta(layout.noise(key, p)))(jnp.arange(8))
+        assert np.allclose(alone, batch[5]) == same, impl
 
 
 def test_rank_zero_is_refused():

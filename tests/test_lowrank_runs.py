@@ -175,8 +175,9 @@ def test_the_command_line_from_evolve_to_report(tmp_path):
 
 
 def test_the_preflight_refuses_full_rank_openes_at_65536_members_and_passes_lowrank(tmp_path):
-    """65,536 members of a 1 M-parameter MLP: OpenES's noise alone is 131 GB, refused in one
-    line before anything compiles; the low-rank strategy's generation passes the check."""
+    """65,536 members of a 1 M-parameter MLP: OpenES's half noise alone is 32,768 x 1,054,721
+    floats (138 GB), refused in one line before anything compiles; the low-rank strategy's
+    generation passes the check."""
     from esjax.run.training import check_memory, resolve_config
 
     big = ["--popsize", "65536", "--set", "policy.hidden=[1024, 1024]", "--generations", "1"]

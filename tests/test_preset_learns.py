@@ -30,8 +30,20 @@ SEEDS = 4
 
 
 def test_cartpole_preset_solves_its_task_on_held_out_episodes(tmp_path: Path) -> None:
+    assert_learns(tmp_path, strategy=None)
+
+
+def test_cartpole_solves_with_the_low_rank_strategy(tmp_path: Path) -> None:
+    """The same with ``--strategy lowrank_es`` (rank 1, the preset's settings otherwise): its
+    learning rate is OpenES's, carried over. On seeds 0-7, 30 generations already brought all
+    eight to 500."""
+    assert_learns(tmp_path, strategy="lowrank_es")
+
+
+def assert_learns(tmp_path: Path, strategy: str | None) -> None:
     summary = evolve(
         TASK,
+        strategy=strategy,
         popsize=POPSIZE,
         generations=GENERATIONS,
         seed=FIRST_SEED,

@@ -435,9 +435,10 @@ def generation(
     config: StepConfig, state: RunState, runs: int = 1
 ) -> tuple[RunState, dict[str, jax.Array]]:
     """One generation of one seed: ask, roll out, tell, update the observation moments."""
-    # Antithetic OpenES skips the population matrix: members are built inside rollout chunks.
-    # Placed by the path: a materialised population replicated, antithetic OpenES's noise split
-    # by pairs over the devices; parameters never cross devices either way.
+    # A lazy strategy (antithetic OpenES, low-rank ES) skips the population matrix: members are
+    # built inside rollout chunks. Placed by the path: a materialised population replicated,
+    # antithetic OpenES's noise split by pairs over the devices, low-rank members drawn where
+    # they are stepped; parameters never cross devices either way.
     strategy = with_settings(config.strategy, state.hyper)
     path = population_path(strategy, config.unravel, config.mesh)
     next_key, k_ask, k_rollout, k_tell = generation_keys(state.key)

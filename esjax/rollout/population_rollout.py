@@ -604,9 +604,9 @@ def cache_chunk_size(
 
 
 def _member_bytes(params: PyTree) -> int:
-    """What a chunk holds per member: its weights; for low-rank members
+    """What a chunk holds per member: its weights; for low-rank members of a dense network
     (:class:`esjax.policies.lowrank.LowRank` kernels over shared matrices), the widest
-    layer's activations.
+    layer's activations, input or output.
 
     A chunk of low-rank members reads each shared matrix once per step whatever its size, and
     a larger chunk makes that a larger matrix-matrix product; what grows with the chunk is the
@@ -614,13 +614,16 @@ def _member_bytes(params: PyTree) -> int:
     CPU, the fastest chunks were 2048, 1024 and 512 members (0.5-2 MB of the widest layer's
     activations; this rule picks 2048, 1024 and 256, the last at 0.94 of 512's speed); sized
     by the factors instead, chunks of 512 and 128 members ran the first two at 0.82 and 0.53
-    of the best.
+    of the best. A conv's activations are its kernel's width times the image's positions,
+    which the kernel does not say: a network with a low-rank conv is chunked as if each
+    member held its weights (the rule of full members, not measured for low-rank ones).
     """
     leaves = jax.tree.leaves(params, is_leaf=is_lowrank)
     kernels = [leaf for leaf in leaves if is_lowrank(leaf)]
-    if kernels:
-        return max(kernel.base.shape[-1] * kernel.base.dtype.itemsize for kernel in kernels)
-    return sum(math.prod(leaf.shape[1:]) * leaf.dtype.itemsize for leaf in leaves) or 1
+    whole = [x for leaf in leaves for x in ((leaf.base,) if is_lowrank(leaf) else (leaf,))]
+    if not kernels or any(kernel.base.ndim > 3 for kernel in kernels):  # (1, rows, cols)
+        return sum(math.prod(leaf.shape[1:]) * leaf.dtype.itemsize for leaf in whole) or 1
+    return max(max(k.base.shape[1:]) * k.base.dtype.itemsize for k in kernels)
 
 
 def map_members(

@@ -44,7 +44,7 @@ def popsize(pop_params: PyTree) -> int:
 def member_ids(pop_params: PyTree) -> tuple[PyTree, Callable[[PyTree], PyTree], PyTree]:
     """``(ids, decode, shapes)``: what to map over, an id's parameters, and their shapes.
 
-    A materialised population is its own ids. A lazy one maps over ``(pair, negative)`` and
+    A materialised population is its own ids. A lazy one maps over its own ids and
     each chunk decodes its own members' parameters, so the population never exists as a
     whole. ``shapes`` has a leading member axis (for a lazy population, one member's shape
     structs, low-rank kernels as they are): a chunk is sized from it without anything being

@@ -7,10 +7,13 @@ with ``A_i`` (rows x r) and ``B_i`` (columns x r) standard normal (stored a row 
 :class:`esjax.policies.lowrank.LowRank` takes them), and every other leaf (biases,
 norms) by ordinary Gaussian noise. Each entry of ``A Bᵀ / sqrt(r)`` has mean 0 and variance 1,
 like an entry of OpenES's ``z``, and the perturbation is uncorrelated across entries, so
-``E[z zᵀ] = I`` holds for both. The gradient estimate ``sum_i f_i z_i / (popsize std)`` is
-therefore the same unbiased estimate of the smoothed objective's gradient, with the same
-expected scale, and a learning rate tuned for OpenES carries over (a test checks both claims).
-What changes is its noise: at rank 1 a matrix's estimate from ``n`` members has rank ``<= n``.
+``E[z zᵀ] = I`` holds for both. The gradient estimate ``sum_i f_i z_i / (popsize std)`` then
+has OpenES's expectation wherever the fitness is linear or quadratic around the mean (odd
+moments vanish for both), so the update has OpenES's scale and a learning rate tuned for
+OpenES carries over (a test checks the moments and the expectation on a linear fitness). It
+is not Gaussian, so beyond second order it is not OpenES's estimate; EGGROLL bounds the
+difference by ``O(1 / r)``. Its noise differs too: at rank 1 a matrix's estimate from ``n``
+members has rank ``<= n``.
 
 Nothing population-sized is ever formed. A member's factors come from ``fold_in(key, pair)``
 and are drawn inside the rollout chunk that steps it; its matrices reach the policy as
@@ -28,7 +31,7 @@ tests); its ``lazy_form`` is how esjax steps it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +47,6 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from esjax.policies.lowrank import LowRank, matrix_shape
-from esjax.specs.config import ConfigError
 from esjax.strategies.population import best_and_shaped
 
 PyTree = Any
@@ -115,7 +117,9 @@ class Layout:
                 drawn.append(jax.random.normal(leaf_key, shape))
         return drawn
 
-    def member(self, leaves: list[jax.Array], noise: list[Any], std: jax.Array, sign: jax.Array):
+    def member(
+        self, leaves: list[jax.Array], noise: list[Any], std: jax.Array, sign: jax.Array
+    ) -> list[Any]:
         """A member's leaves: :class:`LowRank` matrices over the shared ``leaves``, vectors
         perturbed in full."""
         made = []
@@ -177,9 +181,28 @@ class LowRank_ES(DistributionBasedAlgorithm):
     a flat vector is one vector leaf, and the search is then OpenES's.
     """
 
-    # What a generation costs per member and parameter, for esjax's cost warning: ``tell``'s
-    # thin products, one multiply-add per entry of a pair's ``A Bᵀ`` (the draws are thin).
-    FLOPS_PER_ENTRY = 1.0
+    @staticmethod
+    def flops_per_entry(settings: Mapping[str, Any]) -> float:
+        """What a generation costs per member and parameter, for esjax's cost warning:
+        ``tell``'s thin products, ``r`` multiply-adds per entry of a pair's ``A Bᵀ`` (a
+        member's, without pairs); the draws are thin."""
+        per_pair = 2.0 * float(settings.get("rank", 1))  # a multiply-add per rank
+        return per_pair / 2.0 if settings.get("antithetic", True) else per_pair
+
+    @staticmethod
+    def check_settings(settings: Mapping[str, Any]) -> str | None:
+        """Why esjax's own settings cannot apply, in one line, or None (read when built)."""
+        if settings.get("l2_penalty"):
+            return (
+                "l2_penalty reads every member's parameters, which the low-rank strategy never "
+                "forms; leave it at 0 (weight_decay decays the mean instead)"
+            )
+        if settings.get("noise_prng", "threefry") != "threefry":
+            return (
+                "noise_prng: each member's factors are drawn from its index, and only threefry "
+                "keys give the same numbers drawn alone or in a batch; leave it at threefry"
+            )
+        return None
 
     def __init__(
         self,
@@ -312,11 +335,6 @@ class LazyLowRank:
     def ask(
         self, strategy: Any, key: jax.Array, state: Any, unravel: Callable, mesh: Mesh | None
     ) -> LowRankMembers:
-        if strategy.spec.settings.get("l2_penalty"):
-            raise ConfigError(
-                "l2_penalty reads every member's parameters, which the low-rank strategy never "
-                "forms; leave it at 0 (weight_decay decays the mean instead)"
-            )
         es = strategy.es
         layout = Layout.of(jax.eval_shape(unravel, state.mean), es.rank)
         ids = jnp.arange(es.population_size, dtype=jnp.int32)
@@ -324,7 +342,12 @@ class LazyLowRank:
                               layout, es.pairs, es.population_size)  # fmt: skip
 
     def tell(
-        self, strategy: Any, key: jax.Array, population: LowRankMembers, fitness, state
+        self,
+        strategy: Any,
+        key: jax.Array,
+        population: LowRankMembers,
+        fitness: jax.Array,
+        state: Any,
     ) -> Any:
         es = strategy.es
         state, shaped = best_and_shaped(strategy, population, fitness, state)
@@ -335,8 +358,10 @@ class LazyLowRank:
         return state.replace(generation_counter=state.generation_counter + 1)
 
     def held_floats(self, popsize: int, num_dims: int, devices: int) -> int:
-        """One block of pairs' factors in ``tell``, the update and one member's row: nothing
-        grows with popsize but the returns."""
+        """One block of pairs' factors in ``tell``, the update and one member's row. A chunk's
+        factors are not counted: on a CPU a chunk's are small beside its activations; on a GPU,
+        where a chunk is the whole population, they are ``popsize (rows + cols) r`` per matrix
+        (as lazy OpenES's chunk of members is not counted either)."""
         return BLOCK_FLOATS + 3 * num_dims
 
 

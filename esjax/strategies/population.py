@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, Self, runtime_checkable
 
 import jax
+import jax.numpy as jnp
 from jax.sharding import Mesh
 
 PyTree = Any
@@ -140,7 +141,6 @@ def best_and_shaped(
     reshapes valid.
     """
     # evosax is imported here, not at the top: it creates arrays at import (see the docstring).
-    import jax.numpy as jnp
     from evosax.algorithms.base import update_best_solution_and_fitness
 
     es = strategy.es

@@ -461,6 +461,12 @@ def build_strategy(spec: StrategySpec, num_dims: int, popsize: int | None = None
     s = spec.settings
     found = algorithms.info(spec.algorithm)
     cls = evosax_class(spec.algorithm)
+    # An algorithm of esjax's or a user's may refuse some of esjax's own settings (the
+    # low-rank strategy: an L2 penalty, which reads members it never forms).
+    own_check = getattr(cls, "check_settings", None)
+    problem = own_check(s) if own_check is not None else None
+    if problem:
+        raise ConfigError(f"{spec.algorithm}: {problem}")
     kwargs = algorithms.constructor_kwargs(spec.algorithm, s)
     if found.takes_optimizer:
         kwargs["optimizer"] = make_optimizer(s)
@@ -583,7 +589,7 @@ def strategy_cost_hint(
     A rough count of floating-point work per generation: the rollouts evaluate an MLP of
     ``num_dims`` weights (~2 flops each) at every step of every member's episodes; diagonal
     strategies touch each of ``popsize x num_dims`` noise entries a few dozen times (drawing a
-    Gaussian dominates), or as often as the algorithm's ``FLOPS_PER_ENTRY`` says; full-matrix
+    Gaussian dominates), or as often as the algorithm's ``flops_per_entry`` says; full-matrix
     strategies (CMA-ES, xNES, ...) also multiply by and decompose an n x n matrix.
     """
     n, p = float(num_dims), float(popsize)
@@ -594,7 +600,8 @@ def strategy_cost_hint(
     every = resolve_decomposition_every(every, num_dims, popsize) if every is not None else 1
     # An algorithm may say what it spends per member and parameter (the low-rank strategy only
     # multiplies thin factors: no Gaussian per entry).
-    per_entry = getattr(algorithms.REGISTRY[spec.algorithm], "FLOPS_PER_ENTRY", 30.0)
+    own = getattr(algorithms.REGISTRY[spec.algorithm], "flops_per_entry", None)
+    per_entry = own(spec.settings) if own is not None else 30.0
     strategy = 4.0 * p * n * n + 10.0 * n**3 / every if full else per_entry * p * n
     # Below ~1e8 flops (milliseconds) the strategy's cost is not worth a warning.
     if strategy < 0.5 * rollout or strategy < 1e8:
@@ -642,7 +649,7 @@ class PopulationPath:
 
     The engine goes through this one object, so a strategy's population is either a
     ``(popsize, num_dims)`` matrix (evosax's own ask and tell) or lazy members
-    (:class:`esjax.strategies.population.LazyMembers`, from :data:`LAZY_STRATEGIES`).
+    (:class:`esjax.strategies.population.LazyMembers`, from the strategy's :func:`lazy_form`).
     """
 
     ask: Callable[[jax.Array, Any], tuple[Any, Any]]
@@ -654,7 +661,7 @@ class PopulationPath:
 def population_path(
     strategy: Strategy, unravel: Callable, mesh: Mesh | None = None
 ) -> PopulationPath:
-    """The lazy path where a :data:`LAZY_STRATEGIES` entry applies, else the materialised one.
+    """The lazy path where the strategy has a :func:`lazy_form`, else the materialised one.
 
     With a ``mesh``, the materialised population is drawn whole on every device (pinned
     replicated, so only returns cross devices); a lazy one is split as its ``ask`` chooses.
