@@ -51,8 +51,9 @@ class LowRank:
     prod(base.shape[:-1]))``; ``b``: ``(r, base.shape[-1])``; ``scale``: a scalar (the member's
     sign, the search's std and ``1 / sqrt(r)`` folded together). The factors are stored a row
     per rank: each factor vector is then contiguous, and under ``vmap`` over members the thin
-    products are ``r`` dot products per member (a CPU ran a chunk's layer at about 0.85 of
-    the shared product alone, against 0.2 with the factors stored a column per rank at rank 4).
+    products are ``r`` dot products per member (a 64 x 64 layer of 512 members on a CPU: 0.90
+    of the shared product alone at ranks 1 and 2 and 0.76 at rank 4, against 0.83, 0.36 and
+    0.19 with the factors stored a column per rank).
     """
 
     base: jax.Array
