@@ -65,10 +65,6 @@ class LowRank:
     def shape(self) -> tuple[int, ...]:
         return tuple(self.base.shape)
 
-    @property
-    def dtype(self) -> Any:
-        return self.base.dtype
-
     def materialise(self) -> jax.Array:
         """The member's full kernel (for checks and for networks without a low-rank path)."""
         delta = (self.a.T @ self.b).reshape(self.base.shape)

@@ -366,7 +366,9 @@ class _Recurrent(_Spec):
         def init(key: jax.Array) -> PyTree:
             return net.init(key, self._initial_carry(), jnp.zeros((input_size,), jnp.float32))
 
-        return Network(init, net.apply, self._initial_carry, True, net.lowrank_step)
+        return Network(
+            init, net.apply, self._initial_carry, recurrent=True, lowrank_step=net.lowrank_step
+        )
 
 
 def _mirrored(
@@ -605,7 +607,13 @@ class CNN(_Spec):
             zeros_x = jnp.zeros((input_size,), jnp.float32)
             return recurrent_net.init(key, initial_carry(), zeros_x)
 
-        return Network(init, recurrent_net.apply, initial_carry, True, recurrent_net.lowrank_step)
+        return Network(
+            init,
+            recurrent_net.apply,
+            initial_carry,
+            recurrent=True,
+            lowrank_step=recurrent_net.lowrank_step,
+        )
 
     def _radius(self, image_shape: tuple[int, int, int]) -> int:
         """The window's radius; by default far enough that no cell leaves the view."""

@@ -28,14 +28,13 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import optax
 from flax import struct
 from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from esjax.strategies import draw
-from esjax.strategies.population import AXIS, best_and_shaped
+from esjax.strategies.population import AXIS, best_and_shaped, descend
 
 # ``tell`` sums the pairs in at most this many blocks: enough that on a mesh up to this size
 # no device holds more than one block over an even share, few enough that gathering one
@@ -302,13 +301,8 @@ def tell(strategy: Any, key: jax.Array, population: LazyPopulation, fitness: jax
     half = es.population_size // 2
     pair_weights = shaped[:half] - shaped[half:]
     grad = weighted_noise(population, pair_weights) / (es.population_size * state.std)
-    updates, opt_state = es.optimizer.update(grad, state.opt_state, state.mean)
-    return state.replace(
-        mean=optax.apply_updates(state.mean, updates),
-        std=es.std_schedule(state.generation_counter),
-        opt_state=opt_state,
-        generation_counter=state.generation_counter + 1,
-    )
+    state = descend(es, grad, state)
+    return state.replace(generation_counter=state.generation_counter + 1)
 
 
 def held_floats(popsize: int, num_dims: int, devices: int) -> int:

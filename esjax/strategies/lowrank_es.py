@@ -39,15 +39,14 @@ import jax
 import jax.numpy as jnp
 import optax
 from evosax.algorithms.distribution_based.base import DistributionBasedAlgorithm, metrics_fn
-from evosax.algorithms.distribution_based.base import Params as BaseParams
-from evosax.algorithms.distribution_based.base import State as BaseState
+from evosax.algorithms.distribution_based.open_es import Params, State
 from evosax.core.fitness_shaping import centered_rank_fitness_shaping_fn
 from flax import struct
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from esjax.policies.lowrank import LowRank, matrix_shape
-from esjax.strategies.population import best_and_shaped
+from esjax.strategies.population import best_and_shaped, descend
 
 PyTree = Any
 # ``tell`` draws the factors of this many floats' worth of pairs at a time (and a whole pair at
@@ -56,18 +55,6 @@ BLOCK_FLOATS = 1 << 22
 # evosax's Open_ES defaults, for use outside esjax (esjax always passes its own).
 DEFAULT_OPTIMIZER = optax.sgd(learning_rate=1e-3)
 DEFAULT_STD = optax.constant_schedule(1.0)
-
-
-@struct.dataclass
-class State(BaseState):
-    mean: jax.Array
-    std: jax.Array
-    opt_state: optax.OptState
-
-
-@struct.dataclass
-class Params(BaseParams):
-    pass
 
 
 @dataclass(frozen=True)
@@ -90,11 +77,10 @@ class Layout:
     @property
     def pair_floats(self) -> int:
         """Floats one pair's noise takes: ``(rows + columns) r`` per matrix, a vector's size."""
-        total = 0
-        for shape in self.shapes:
-            rows, cols = matrix_shape(shape) if self.is_matrix(shape) else (math.prod(shape), 0)
-            total += (rows + cols) * self.rank if self.is_matrix(shape) else rows
-        return total
+        return sum(
+            sum(matrix_shape(shape)) * self.rank if self.is_matrix(shape) else math.prod(shape)
+            for shape in self.shapes
+        )
 
     def block(self, pairs: int) -> int:
         """Pairs per block of ``tell``: a function of the layout and popsize alone, never of
@@ -256,17 +242,7 @@ class LowRank_ES(DistributionBasedAlgorithm):
     def _tell(self, key, population, fitness, state: State, params: Params) -> State:
         """OpenES's step from ``(population - mean) / std`` (the reference path)."""
         z = (population - state.mean) / state.std
-        grad = jnp.dot(fitness, z) / (self.population_size * state.std)
-        return self.step(grad, state)
-
-    def step(self, grad: jax.Array, state: State) -> State:
-        """Adam or SGD (optax) on the mean, then the std schedule."""
-        updates, opt_state = self.optimizer.update(grad, state.opt_state, state.mean)
-        return state.replace(
-            mean=optax.apply_updates(state.mean, updates),
-            std=self.std_schedule(state.generation_counter),
-            opt_state=opt_state,
-        )
+        return descend(self, jnp.dot(fitness, z) / (self.population_size * state.std), state)
 
 
 def pair_and_sign(member: jax.Array, pairs: int) -> tuple[jax.Array, jax.Array]:
@@ -354,7 +330,7 @@ class LazyLowRank:
         pairs = es.pairs
         weights = shaped[:pairs] - shaped[pairs:] if es.use_antithetic_sampling else shaped
         total = population.layout.weighted_sum(population.key, weights)
-        state = es.step(total / (es.population_size * state.std), state)
+        state = descend(es, total / (es.population_size * state.std), state)
         return state.replace(generation_counter=state.generation_counter + 1)
 
     def held_floats(self, popsize: int, num_dims: int, devices: int) -> int:

@@ -10,9 +10,10 @@ code ask of one; :class:`LazyStrategy` is what the engine asks of the strategy t
 (:mod:`esjax.strategies.lazy_openes`) is one implementation; the registry of them is
 :data:`esjax.strategies.strategy.LAZY_STRATEGIES`.
 
-Besides the protocols it holds the one step every lazy ``tell`` opens with
-(:func:`best_and_shaped`). It imports no strategy library at import time, so the rollout can
-import it before JAX's devices are set.
+Besides the protocols it holds the step every lazy ``tell`` opens with (:func:`best_and_shaped`)
+and the one an OpenES-like ``tell`` closes with (:func:`descend`). It imports no strategy
+library at import time (optax only, as lazy OpenES does), so the rollout can import it before
+JAX's devices are set.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any, Protocol, Self, runtime_checkable
 
 import jax
 import jax.numpy as jnp
+import optax
 from jax.sharding import Mesh
 
 PyTree = Any
@@ -157,3 +159,16 @@ def best_and_shaped(
         fitness, es.fitness_shaping_fn(placeholder, fitness, state, strategy.params)
     )
     return state, shaped
+
+
+def descend(es: Any, grad: jax.Array, state: PyTree) -> PyTree:
+    """How an OpenES-like ``tell`` closes, as evosax's ``Open_ES._tell`` does: the optimizer's
+    step on the mean along ``grad`` (an estimate of the gradient of the fitness, which evosax
+    minimises), then the std schedule. ``generation_counter`` is left to the caller (evosax's
+    ``tell`` counts it after ``_tell``)."""
+    updates, opt_state = es.optimizer.update(grad, state.opt_state, state.mean)
+    return state.replace(
+        mean=optax.apply_updates(state.mean, updates),
+        std=es.std_schedule(state.generation_counter),
+        opt_state=opt_state,
+    )
