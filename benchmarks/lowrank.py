@@ -44,7 +44,7 @@ from evosax.algorithms import Open_ES
 from jax.flatten_util import ravel_pytree
 from timing import median_time
 
-from esjax.engine.generation import make_engine
+from esjax.engine.generation import make_engine, member_layout
 from esjax.policies.networks import MLP
 from esjax.rollout.population_rollout import PopulationRollout
 from esjax.run import memory
@@ -112,10 +112,18 @@ def preflight_bytes(rollout: PopulationRollout, method: str, popsize: int, rank:
     inference holds no population, evosax's by-hand path three ``popsize x num_dims`` arrays
     (noise, population, the noise ``tell`` rebuilds), the lazy paths what they say they hold."""
     spec = strategy_spec(method, popsize, rank)
+    layout = member_layout(rollout)
     held = {
-        "batch inference": lambda strategy, devices: 0,
-        "evosax Open_ES": lambda strategy, devices: 3 * strategy.popsize * strategy.num_dims,
-    }.get(method, population_floats)
+        "batch inference": lambda strategy, devices, chunk_for: 0,
+        "evosax Open_ES": lambda strategy, devices, chunk_for: (
+            3 * strategy.popsize * strategy.num_dims
+        ),
+    }.get(
+        method,
+        lambda strategy, devices, chunk_for: population_floats(
+            strategy, layout, devices, chunk_for
+        ),
+    )
     found = memory.estimate(
         rollout,
         lambda n: build_strategy(spec, n, popsize),

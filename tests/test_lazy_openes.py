@@ -157,23 +157,26 @@ def test_rollout_of_lazy_members_equals_rollout_of_their_parameters():
 
 def test_lazy_population_is_the_protocol_the_rollout_and_engine_ask_for():
     """The rollout and sharding code see lazy members only through the protocol; the engine
-    finds the lazy form of a strategy through the registry, and only where it is exact."""
-    from esjax.strategies.population import LazyMembers
-    from esjax.strategies.strategy import LAZY_STRATEGIES, lazy_form
+    finds the form of a strategy through the registry, lazy only where it is exact."""
+    from esjax.strategies.population import MATERIALISED, Population, Stacked, as_population
+    from esjax.strategies.strategy import ADOPTED_FORMS, form_for
 
     strategy = open_es()
     lazy = lazy_openes.ask(strategy, jax.random.key(3), started(strategy), lambda flat: flat)
-    assert isinstance(lazy, LazyMembers)
-    assert not isinstance({"w": jnp.zeros((8, 3))}, LazyMembers)
-    assert lazy_openes.LAZY_OPENES in LAZY_STRATEGIES
-    assert lazy_form(strategy) is lazy_openes.LAZY_OPENES
-    assert lazy_form(open_es(antithetic=False)) is None
+    assert isinstance(lazy, Population)
+    assert not isinstance({"w": jnp.zeros((8, 3))}, Population)
+    assert isinstance(as_population({"w": jnp.zeros((8, 3))}), Stacked)
+    assert as_population(lazy) is lazy
+    assert lazy_openes.LAZY_OPENES in ADOPTED_FORMS
+    assert form_for(strategy) is lazy_openes.LAZY_OPENES
+    assert form_for(open_es(antithetic=False)) is MATERIALISED
 
 
 def test_memory_preflight_charges_what_each_strategy_holds(monkeypatch):
     """Antithetic OpenES holds half the noise, never a population: at a size whose three
     materialised ``popsize x num_dims`` arrays do not fit, it passes and OpenES without pairs
     (materialised) is refused. The bytes are counted here by hand from the shapes."""
+    from esjax.engine.generation import member_layout
     from esjax.run import memory
     from esjax.strategies.strategy import population_floats
 
@@ -182,19 +185,25 @@ def test_memory_preflight_charges_what_each_strategy_holds(monkeypatch):
     assert num_dims == 3 * 64 + 64 + 64 * 64 + 64 + 64 + 1
     popsize = 4096
 
+    layout = member_layout(ro)
+
     def needs(antithetic: bool) -> memory.MemoryEstimate:
         spec = load_strategy("open_es", {"popsize": popsize, "antithetic": antithetic})
         return memory.estimate(
             ro,
             lambda n: build_strategy(spec, n, popsize),
             lambda n: popsize,
-            population_floats,
+            lambda strategy, devices, chunk_for: population_floats(
+                strategy, layout, devices, chunk_for
+            ),
             seeds=1,
             rollouts=1,
         )
 
     lazy, full = needs(True), needs(False)
+    chunk = ro.chunk_members(popsize, 4 * num_dims)  # each member made whole in its chunk
     held = lazy_openes.PairLayout(popsize // 2, len(ro.devices)).per_device * num_dims
+    held += chunk * num_dims
     assert held >= popsize // 2 * num_dims
     shared = len(ro.devices)  # CPU devices share the host's memory
     assert full.needed - lazy.needed == 4 * shared * (3 * popsize * num_dims - held)

@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
 
-from esjax.policies.lowrank import LowRank, materialise
+from esjax.policies.perturb import LowRank, Plan, materialise
 from esjax.strategies.fitness import to_fitness
-from esjax.strategies.lowrank_es import Layout, LazyLowRank, LowRank_ES
+from esjax.strategies.lowrank_es import Layout, LowRank_ES
+from esjax.strategies.population import MemberLayout, PairedForm
 from esjax.strategies.strategy import (
     build_strategy,
-    lazy_form,
+    form_for,
     load_strategy,
     population_floats,
-    population_path,
 )
 
 # A member's parameters as a policy has them: a dense layer, a conv kernel, a bias.
@@ -31,6 +31,18 @@ TREE = {
 }
 FLAT, UNRAVEL = ravel_pytree(TREE)
 NUM_DIMS = FLAT.size
+# Where a network would multiply each leaf (leaves in order: the conv's bias, its HWIO kernel,
+# the dense bias, its kernel): the conv kernel as (3 3 2) x 4, the dense kernel as 5 x 7.
+PLAN = Plan((None, 3, None, 1))
+LAYOUT = MemberLayout.of(UNRAVEL, NUM_DIMS, lambda: PLAN)
+
+
+def ask(strategy, key, state, layout=LAYOUT):
+    return form_for(strategy).ask(strategy, key, state, layout, None)[0]
+
+
+def tell(strategy, key, members, fitness, state):
+    return form_for(strategy).tell(strategy, key, members, fitness, state)
 
 
 def lowrank(popsize=16, rank=1, antithetic=True, **settings):
@@ -44,10 +56,10 @@ def lowrank(popsize=16, rank=1, antithetic=True, **settings):
     return strategy, dataclasses.replace(strategy, es=over_tree)
 
 
-def test_it_is_found_by_name_and_its_lazy_form_applies():
+def test_it_is_found_by_name_and_its_form_applies():
     strategy, _ = lowrank(rank=2, std_init=0.3)
     assert type(strategy.es) is LowRank_ES and strategy.es.rank == 2
-    assert isinstance(lazy_form(strategy), LazyLowRank)
+    assert form_for(strategy) is LowRank_ES.form and isinstance(LowRank_ES.form, PairedForm)
     assert float(strategy.es.std_schedule(0)) == pytest.approx(0.3)
 
 
@@ -57,7 +69,7 @@ def test_each_lazy_member_is_the_materialised_population_row(rank, antithetic):
     state = strategy.init(jax.random.key(0), jnp.linspace(-1.0, 1.0, NUM_DIMS))
     key = jax.random.key(3)
     matrix, _ = strategy.es._ask(strategy.noise_key(key), state, strategy.params)
-    members = population_path(strategy, UNRAVEL).ask(key, state)[0]
+    members = ask(strategy, key, state)
     for member in range(strategy.popsize):
         params = members.member(jnp.int32(member))
         kernels = [
@@ -103,13 +115,12 @@ def test_lazy_tells_equal_evosax_tells_on_the_materialised_population(antithetic
     mean = jnp.linspace(-1.0, 1.0, NUM_DIMS)
     lazy_state = start = strategy.init(jax.random.key(0), mean)
     matrix_state = openes.init(jax.random.key(0), mean, openes.default_params)
-    path = population_path(strategy, UNRAVEL)
     for generation in range(2):
         key = jax.random.key(10 + generation)
-        members, _ = path.ask(key, lazy_state)
+        members = ask(strategy, key, lazy_state)
         matrix, _ = es._ask(strategy.noise_key(key), lazy_state, strategy.params)
         fitness = to_fitness(jnp.cos(jnp.arange(16.0) * (generation + 2)))
-        lazy_state = path.tell(key, members, fitness, lazy_state)
+        lazy_state = tell(strategy, key, members, fitness, lazy_state)
         matrix_state, _ = openes.tell(key, matrix, fitness, matrix_state, openes.default_params)
         np.testing.assert_allclose(lazy_state.mean, matrix_state.mean, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(lazy_state.best_solution, matrix_state.best_solution,
@@ -119,7 +130,7 @@ def test_lazy_tells_equal_evosax_tells_on_the_materialised_population(antithetic
 
 
 def test_the_update_from_thin_factors_is_the_dense_weighted_sum():
-    layout = Layout.of(TREE, rank=3)
+    layout = Layout.of_tree(TREE, rank=3)
     key = jax.random.key(5)
     weights = jax.random.normal(jax.random.key(6), (37,))
     dense = sum(w * layout.delta(layout.noise(key, jnp.int32(p))) for p, w in enumerate(weights))
@@ -130,7 +141,7 @@ def test_blocks_of_pairs_do_not_change_the_update(monkeypatch):
     """The update is drawn a block of pairs at a time; blocks of one pair give the same sum."""
     import esjax.strategies.lowrank_es as module
 
-    layout = Layout.of(TREE, rank=2)
+    layout = Layout.of_tree(TREE, rank=2)
     key, weights = jax.random.key(7), jax.random.normal(jax.random.key(8), (50,))
     whole = layout.weighted_sum(key, weights)
     monkeypatch.setattr(module, "BLOCK_FLOATS", layout.pair_floats * 3)  # 17 blocks, one ragged
@@ -142,7 +153,7 @@ def test_blocks_of_pairs_do_not_change_the_update(monkeypatch):
 def test_a_perturbation_entry_has_openes_scale(rank):
     """Each entry of ``A Bᵀ / sqrt(r)`` has mean 0 and variance 1, like OpenES's ``z``, and
     two entries are uncorrelated: ``E[z zᵀ] = I`` for both strategies."""
-    layout = Layout(((6, 5),), rank)
+    layout = Layout(((6, 5),), (1,), rank)
     draws = jax.vmap(lambda p: layout.delta(layout.noise(jax.random.key(0), p)))(
         jnp.arange(20_000, dtype=jnp.int32)
     )
@@ -165,15 +176,14 @@ def test_the_update_has_openes_expected_value():
         if name == "lowrank_es":  # rank 4: the 1 / sqrt(r) scaling matters
             settings["rank"] = 4
         strategy = build_strategy(load_strategy(name, settings), NUM_DIMS)
-        path = population_path(strategy, UNRAVEL)
         start = strategy.init(jax.random.key(0), jnp.zeros(NUM_DIMS))
 
         @jax.jit
-        def step(key, strategy=strategy, path=path, start=start):
-            population, state = path.ask(key, start)
-            rows = jax.vmap(path.row, in_axes=(None, 0))(population, jnp.arange(512))
+        def step(key, strategy=strategy, start=start):
+            population = ask(strategy, key, start)
+            rows = jax.vmap(population.member_flat)(jnp.arange(512))
             # evosax minimises: fitness -c.x, so the descent step moves the mean along +c.
-            return path.tell(key, population, -(rows @ c), state).mean
+            return tell(strategy, key, population, -(rows @ c), start).mean
 
         estimates[name] = np.mean([step(jax.random.key(s)) for s in range(40)], axis=0)
     for name, estimate in estimates.items():
@@ -182,13 +192,21 @@ def test_the_update_has_openes_expected_value():
         assert np.linalg.norm(estimate) / np.linalg.norm(c) == pytest.approx(1.0, abs=0.1), name
 
 
-def test_the_preflight_charges_no_population():
-    """What a generation holds does not grow with popsize (a full-rank OpenES's does)."""
-    small = build_strategy(load_strategy("lowrank_es", {"popsize": 256}), 1_000_000)
-    large = build_strategy(load_strategy("lowrank_es", {"popsize": 65_536}), 1_000_000)
-    assert population_floats(small, 1) == population_floats(large, 1) < 10_000_000
-    openes = build_strategy(load_strategy("open_es", {"popsize": 65_536}), 1_000_000)
-    assert population_floats(openes, 1) > 1000 * population_floats(large, 1)
+def test_the_preflight_charges_no_population_but_a_chunks_factors():
+    """What a generation holds does not grow with popsize (a full-rank OpenES's does); what
+    grows is a chunk's members, each holding its factors ``(rows + columns) r`` per matrix."""
+    matrix = MemberLayout.of(lambda x: x.reshape(1000, 1000), 1_000_000, lambda: Plan((1,)))
+
+    def held(name, popsize, chunk=256, rank=1):
+        settings = {"popsize": popsize, **({"rank": rank} if name == "lowrank_es" else {})}
+        strategy = build_strategy(load_strategy(name, settings), 1_000_000)
+        return population_floats(strategy, matrix, 1, lambda member_bytes: chunk)
+
+    small, large = held("lowrank_es", 256), held("lowrank_es", 65_536)
+    assert small == large < 10_000_000
+    assert held("lowrank_es", 256, chunk=512) - small == 256 * 2000  # 256 more members' factors
+    assert held("lowrank_es", 256, rank=4) - small == 256 * 2000 * 3
+    assert held("open_es", 65_536) > 1000 * large
 
 
 def test_no_cost_warning_at_65536_members_of_a_million_parameters():
@@ -222,7 +240,7 @@ def test_settings_it_cannot_honour_are_refused_when_built(setting, value):
 def test_rbg_keys_would_break_the_pairs():
     """Why ``noise_prng`` stays threefry: with an rbg key, a member's factors drawn inside a
     batch are not the ones drawn alone."""
-    layout = Layout.of(TREE, rank=1)
+    layout = Layout.of_tree(TREE, rank=1)
     for impl, same in (("threefry2x32", True), ("rbg", False)):
         key = jax.random.key(3, impl=impl)
         alone = layout.delta(layout.noise(key, jnp.int32(5)))

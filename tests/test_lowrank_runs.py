@@ -32,9 +32,9 @@ def test_a_generation_never_forms_a_members_weight_matrix(monkeypatch):
     kernel once per seed (the mean), never one per member; a member made whole would show.
     Shapes lead with the seeds' axis (1 here)."""
     import esjax.engine.generation
-    import esjax.strategies.lowrank_es as lowrank_es
-    from esjax.policies.lowrank import materialise
+    from esjax.policies.perturb import materialise
     from esjax.run.training import clear_engine_cache, engine_for, resolve_config
+    from esjax.strategies.population import PairedMembers
 
     config = resolve_config("cartpole", strategy="lowrank_es", popsize=64,
                             overrides=["policy.hidden=[32, 32]"])  # fmt: skip
@@ -52,8 +52,8 @@ def test_a_generation_never_forms_a_members_weight_matrix(monkeypatch):
         per_member = {(1, 8, 32, 32), (8, 32, 32), (1, 64, 32, 32), (1, 64, num_dims)}
         assert not per_member & shapes
         assert (1, 32, 32) in shapes  # the shared kernel
-        whole = lowrank_es.LowRankMembers.member
-        monkeypatch.setattr(lowrank_es.LowRankMembers, "member",
+        whole = PairedMembers.member
+        monkeypatch.setattr(PairedMembers, "member",
                             lambda self, ident: materialise(whole(self, ident)))  # fmt: skip
         shapes, _ = traced_shapes()
         assert (1, 8, 32, 32) in shapes  # the check can see one

@@ -79,7 +79,7 @@ def test_a_users_module_computes_what_its_formula_says():
 @pytest.mark.parametrize(
     ("factory", "expected"),
     [
-        ("not_a_module", "returned a list, not a flax.linen.Module"),
+        ("not_a_module", "returned a list, not a network"),
         ("raises", "raised RuntimeError: no network today"),
         ("wrong_size", "to shape (3,); the action head needs (2,)"),
         ("takes_nothing", "cannot call it with"),

@@ -14,19 +14,20 @@ import numpy as np
 import pytest
 from test_run_as_data import cli
 
+from esjax.specs.config import ConfigError
 from esjax.strategies import algorithms
 from esjax.strategies.fitness import to_fitness
-from esjax.strategies.population import LazyMembers
+from esjax.strategies.population import MATERIALISED, MemberLayout, PairedMembers, Population
 from esjax.strategies.strategy import (
     build_strategy,
-    lazy_form,
+    form_for,
     load_strategy,
     population_floats,
-    population_path,
 )
 
 DATA = Path(__file__).resolve().parent / "data"
-NUM_DIMS = 7
+NUM_DIMS = 8
+FLAT = MemberLayout.flat(NUM_DIMS)
 
 
 @pytest.fixture
@@ -43,13 +44,26 @@ def keyed(popsize: int = 8, num_dims: int = NUM_DIMS, **settings):
     return build_strategy(spec, num_dims)
 
 
-def test_its_settings_are_discovered_and_its_lazy_form_is_found(toy):
+def test_its_settings_are_discovered_and_its_form_is_found(toy):
     strategy = keyed(learning_rate=0.2, std_init=0.3)
     assert type(strategy.es) is toy.KeyedES
     assert float(strategy.es.std_schedule(0)) == pytest.approx(0.3)
-    assert isinstance(lazy_form(strategy), toy.KeyedLazy)
-    assert lazy_form(keyed(l2_penalty=0.1)) is None  # where it is not exact, the matrix
-    assert population_floats(strategy, devices=1) == 2 * NUM_DIMS  # what the preflight charges
+    assert form_for(strategy) is toy.KeyedES.form
+    # What the preflight charges: the update's block, three rows, a chunk's noise.
+    held = population_floats(strategy, FLAT, 1, lambda member_bytes: 4)
+    assert held == toy.KeyedES.form.tell_floats + 3 * NUM_DIMS + 4 * NUM_DIMS
+    with pytest.raises(ConfigError, match="l2_penalty"):  # it would read members never formed
+        keyed(l2_penalty=0.1)
+
+
+def test_a_form_missing_a_hook_is_one_line(toy, monkeypatch):
+    class Incomplete:
+        name = "incomplete"
+
+    monkeypatch.setattr(toy.KeyedES, "form", Incomplete())
+    with pytest.raises(ConfigError, match=r"KeyedES\.form has no 'applies'") as refused:
+        keyed()
+    assert "\n" not in str(refused.value)
 
 
 def test_the_lazy_members_and_tell_equal_the_matrix_forms(toy):
@@ -57,19 +71,19 @@ def test_the_lazy_members_and_tell_equal_the_matrix_forms(toy):
     tells from it equal the algorithm's own ``tell`` handed that matrix."""
     strategy = keyed(learning_rate=0.1, std_init=0.5)
     state = strategy.init(jax.random.key(0), jnp.linspace(-1.0, 1.0, NUM_DIMS))
-    path = population_path(strategy, lambda flat: flat)
+    form = form_for(strategy)
     lazy_state = matrix_state = state
     for generation in range(2):
         key = jax.random.key(10 + generation)
-        lazy, _ = path.ask(key, lazy_state)
-        assert isinstance(lazy, LazyMembers)
+        lazy, _ = form.ask(strategy, key, lazy_state, FLAT, None)
+        assert isinstance(lazy, PairedMembers) and isinstance(lazy, Population)
         matrix, _ = strategy.ask(key, matrix_state)
         rows = jax.vmap(lazy.member)(lazy.members())
         # The same noise; ``mean + std * z`` may round differently where it fuses into one
         # multiply-add.
         np.testing.assert_allclose(rows, matrix, rtol=1e-6, atol=1e-6)
         fitness = to_fitness(jnp.sin(jnp.arange(8.0) * (generation + 1)))
-        lazy_state = path.tell(key, lazy, fitness, lazy_state)
+        lazy_state = form.tell(strategy, key, lazy, fitness, lazy_state)
         matrix_state = strategy.tell(key, matrix, fitness, matrix_state)
         # The matrix form recovers each row's noise as (x - mean) / std: equal to rounding.
         np.testing.assert_allclose(lazy_state.mean, matrix_state.mean, rtol=1e-6, atol=1e-7)
@@ -111,7 +125,8 @@ def test_a_generation_never_holds_the_population(toy, monkeypatch):
     try:
         lazy_shapes, num_dims = traced_shapes()
         assert not {(64, num_dims), (1, 64, num_dims)} & lazy_shapes
-        monkeypatch.setattr(esjax.strategies.strategy, "lazy_form", lambda strategy: None)
+        monkeypatch.setattr(esjax.strategies.strategy, "form_for", lambda strategy: MATERIALISED)
+        monkeypatch.setattr(esjax.engine.generation, "form_for", lambda strategy: MATERIALISED)
         matrix_shapes, _ = traced_shapes()
         assert {(64, num_dims), (1, 64, num_dims)} & matrix_shapes  # the check can see one
     finally:

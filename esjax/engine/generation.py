@@ -54,12 +54,13 @@ from esjax.strategies.fitness import (
     to_fitness,
     ungroup_members,
 )
+from esjax.strategies.population import MemberLayout
 from esjax.strategies.strategy import (
     Remember,
     Strategy,
     antithetic,
     compute_now,
-    population_path,
+    form_for,
     traced_settings,
     with_settings,
 )
@@ -194,7 +195,7 @@ class Engine:
 
     @property
     def unravel(self) -> Callable[[jax.Array], PyTree]:
-        return self.step.unravel
+        return self.step.layout.unravel
 
     @property
     def rollouts(self) -> int:
@@ -277,6 +278,13 @@ class Engine:
         return block_tree, lambda state: evaluation
 
 
+def member_layout(rollout: PopulationRollout) -> MemberLayout:
+    """A member's parameters as strategies see them: flat, how they unravel into the policy's
+    pytree, and where its network multiplies by each leaf (read off the network once)."""
+    template, unravel = flat_template(rollout, jax.random.key(0))
+    return MemberLayout.of(unravel, int(template.size), rollout.policy.plan)
+
+
 def flat_template(
     rollout: PopulationRollout, key: jax.Array
 ) -> tuple[jax.ShapeDtypeStruct, Callable]:
@@ -307,7 +315,7 @@ class StepConfig:
     rollout: PopulationRollout
     eval_rollout: PopulationRollout
     strategy: Strategy
-    unravel: Callable[[jax.Array], PyTree]
+    layout: MemberLayout  # a member's parameters: how they unravel, where they multiply
     mesh: Mesh
     rollouts: int
     block: int
@@ -325,7 +333,7 @@ class StepConfig:
         rollout: PopulationRollout,
         eval_rollout: PopulationRollout,
         strategy: Strategy,
-        unravel: Callable[[jax.Array], PyTree],
+        layout: MemberLayout,
         *,
         rollouts: int,
         block: int,
@@ -338,7 +346,7 @@ class StepConfig:
             rollout=rollout,
             eval_rollout=eval_rollout,
             strategy=strategy,
-            unravel=unravel,
+            layout=layout,
             mesh=Mesh(np.array(rollout.devices), ("population",)),
             rollouts=int(rollouts),
             block=int(block),
@@ -354,6 +362,10 @@ class StepConfig:
     @property
     def popsize(self) -> int:
         return self.strategy.popsize
+
+    @property
+    def unravel(self) -> Callable[[jax.Array], PyTree]:
+        return self.layout.unravel
 
     @property
     def sampler(self) -> EnvParamsSampler | None:
@@ -435,18 +447,17 @@ def generation(
     config: StepConfig, state: RunState, runs: int = 1
 ) -> tuple[RunState, dict[str, jax.Array]]:
     """One generation of one seed: ask, roll out, tell, update the observation moments."""
-    # A lazy strategy (antithetic OpenES, low-rank ES) skips the population matrix: members are
-    # built inside rollout chunks. Placed by the path: a materialised population replicated,
-    # antithetic OpenES's noise split by pairs over the devices, low-rank members drawn where
-    # they are stepped; parameters never cross devices either way.
+    # Members are made inside rollout chunks, whatever the strategy's form. Placed by the form:
+    # a materialised population replicated, antithetic OpenES's noise split by pairs over the
+    # devices, low-rank members drawn where they are stepped; parameters never cross devices.
     strategy = with_settings(config.strategy, state.hyper)
-    path = population_path(strategy, config.unravel, config.mesh)
+    form = form_for(strategy)
     next_key, k_ask, k_rollout, k_tell = generation_keys(state.key)
-    population, sstate = path.ask(k_ask, state.strategy)
-    summary = population_summary(config, k_rollout, path.params(population),
-                                 config.obs_stats(state), runs, state.bounds)  # fmt: skip
+    population, sstate = form.ask(strategy, k_ask, state.strategy, config.layout, config.mesh)
+    summary = population_summary(config, k_rollout, population, config.obs_stats(state), runs,
+                                 state.bounds)  # fmt: skip
     returns = summary.returns  # replicated: everything below runs on every device
-    told = path.tell(k_tell, population, to_fitness(returns), sstate)
+    told = form.tell(strategy, k_tell, population, to_fitness(returns), sstate)
     if not strategy.population_based:
         # A generation with no finite return carries no signal: a mean-based search stays
         # where it was (CMA-style weights would otherwise move the mean and shrink the
@@ -463,7 +474,7 @@ def generation(
         key=next_key,
         eval_key=state.eval_key,
         generation=state.generation + 1,
-        gen_best=path.row(population, best),
+        gen_best=population.member_flat(best),
         hyper=state.hyper,
         bounds=state.bounds,
     )
@@ -568,12 +579,12 @@ def make_engine(
     result an earlier process computed for the same key (the host passes
     :func:`esjax.run.cache.remembered`); nothing here reads or writes files itself.
     """
-    template, unravel = flat_template(rollout, jax.random.key(0))
-    num_dims = int(template.size)
+    layout = member_layout(rollout)
+    num_dims = layout.num_dims
     strategy = strategy_fn(num_dims)
     if int(block) <= 0:
         raise ValueError(f"block must be positive, got {block}")
-    config = StepConfig.build(rollout, eval_rollout, strategy, unravel, rollouts=rollouts,
+    config = StepConfig.build(rollout, eval_rollout, strategy, layout, rollouts=rollouts,
                               block=block, eval_episodes=eval_episodes,
                               normalize_obs=normalize_obs)  # fmt: skip
     # Numbers of the env sampler (its ranges) are arrays too, so a sweep over them is one program.
@@ -703,7 +714,8 @@ def phase_functions(engine: Engine) -> dict[str, Callable]:
     as in the loop) and ``tell(key, population, returns, sstate)`` are its parts compiled on
     their own.
     """
-    path = population_path(engine.strategy, engine.unravel, engine.step.mesh)
+    strategy, layout, mesh = engine.strategy, engine.step.layout, engine.step.mesh
+    form = form_for(strategy)
 
     def generation(key, sstate):
         k_ask, k_rollout, k_tell = jax.random.split(key, 3)
@@ -712,14 +724,13 @@ def phase_functions(engine: Engine) -> dict[str, Callable]:
         return tell(k_tell, population, returns, sstate)
 
     def ask(key, sstate):
-        # Placed as in the loop (see :func:`esjax.strategies.strategy.population_path`).
-        return path.ask(key, sstate)[0]
+        return form.ask(strategy, key, sstate, layout, mesh)[0]  # placed as in the loop
 
     def rollout(key, population):
-        return engine.population_summary(key, path.params(population), None).returns
+        return engine.population_summary(key, population, None).returns
 
     def tell(key, population, returns, sstate):
-        return path.tell(key, population, to_fitness(returns), sstate)
+        return form.tell(strategy, key, population, to_fitness(returns), sstate)
 
     return {
         "generation": jax.jit(generation),

@@ -1,8 +1,8 @@
 """Policies: feed-forward and recurrent controllers with an action head fitted to the env.
 
 A policy spec (``MLP``, the recurrent ``LSTM`` and ``GRU``, the image policy ``CNN``, or a user's
-flax module, ``CodePolicy``) knows only sizes; :data:`SPECS` builds each kind of
-:mod:`esjax.specs.policy_kinds` from a task.
+network in any JAX framework, ``CodePolicy``: :mod:`esjax.policies.user`) knows only sizes;
+:data:`SPECS` builds each kind of :mod:`esjax.specs.policy_kinds` from a task.
 ``spec.build(obs_size, action_space)`` binds it to an environment and returns a :class:`Policy`,
 a bundle of pure functions:
 
@@ -12,26 +12,26 @@ a bundle of pure functions:
 
 so the rollout has one code path for both kinds.
 
-``apply`` also takes a low-rank member (:mod:`esjax.policies.lowrank`: weight matrices as
-``LowRank`` leaves): the built-in networks then run without forming a member's weights, and
-a user's module runs on the materialised weights. Plain params take flax's path, unchanged.
+``apply`` also takes a low-rank member (weight leaves as
+:class:`~esjax.policies.perturb.LowRank`): every network, esjax's and a user's alike, passes
+through :func:`esjax.policies.perturb.splitting`, which applies a member's weights where the
+network multiplies by them. Plain params take the network's own path, unchanged.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from esjax.envs import core as envs
-from esjax.policies import lowrank, mirror
+from esjax.policies import mirror, perturb, user
 from esjax.specs import policy_kinds
 from esjax.specs.config import ConfigError, PolicyConfig
 
@@ -45,7 +45,7 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 
 PyTree = Any
 # (params, carry, x) -> (carry, outputs): a network before its action head.
-StepFn = Callable[[PyTree, PyTree, jax.Array], tuple[PyTree, jax.Array]]
+StepFn = Callable[[PyTree, PyTree, jax.Array], tuple[PyTree, Any]]
 
 
 def is_discrete(space: Any) -> bool:
@@ -154,6 +154,14 @@ class Policy:
     def num_params(self, params: PyTree) -> int:
         return int(sum(leaf.size for leaf in jax.tree.leaves(params)))
 
+    def plan(self) -> perturb.Plan:
+        """Where each parameter leaf is multiplied, read off the network from shapes alone:
+        how a low-rank strategy perturbs it (:func:`esjax.policies.perturb.plan`)."""
+        params = jax.eval_shape(self.init, jax.random.key(0))
+        x = jax.ShapeDtypeStruct((self.input_size,), jnp.float32)
+        carry = jax.eval_shape(self.initial_carry)
+        return perturb.plan(self.apply, params, x, carry, jax.random.key(0))
+
 
 def _meta_feature_size(meta_inputs: Sequence[str], head: ActionHead) -> int:
     sizes = {"action": head.feature_size, "reward": 1, "done": 1}
@@ -180,11 +188,6 @@ class _MLPNet(nn.Module):
             x = act(nn.Dense(width)(x))
         return nn.Dense(self.outputs)(x)
 
-    @nn.nowrap
-    def lowrank_step(self, params: PyTree, carry: PyTree, x: jax.Array) -> tuple[PyTree, jax.Array]:
-        """:meth:`__call__` on a low-rank member's params (see :class:`Network`)."""
-        return carry, lowrank.mlp(params["params"], x, ACTIVATIONS[self.activation])
-
 
 class _RecurrentNet(nn.Module):
     """A flax recurrent cell class of ``hidden`` units, then a linear head; the parameter
@@ -199,59 +202,27 @@ class _RecurrentNet(nn.Module):
         carry, h = self.cell(self.hidden)(carry, x)
         return carry, nn.Dense(self.outputs)(h)
 
-    @nn.nowrap
-    def lowrank_step(self, params: PyTree, carry: PyTree, x: jax.Array) -> tuple[PyTree, jax.Array]:
-        """:meth:`__call__` on a low-rank member's params (see :class:`Network`)."""
-        return lowrank.recurrent(params["params"], carry, x, self.cell.__name__)
-
 
 @dataclass(frozen=True)
 class Network:
-    """What a spec adds to the shared opening of :meth:`_Spec.build`: its flax network as
+    """What a spec adds to the shared opening of :meth:`_Spec.build`: its network as
     ``init(key) -> params``, ``step(params, carry, x) -> (carry, outputs)`` and its carry.
 
-    ``lowrank_step`` is ``step`` for a low-rank member (weight matrices as
-    :class:`~esjax.policies.lowrank.LowRank` leaves) computed without forming its weights, so
-    that under ``vmap`` over a chunk the shared part is one product for all members. Without
-    one (a user's module) the member's weights are materialised: exact, but per member.
+    Nothing here knows about low-rank members: :meth:`_Spec.build` passes every network
+    through :func:`esjax.policies.perturb.splitting`.
     """
 
     init: Callable[[jax.Array], PyTree]
     step: StepFn
     initial_carry: Callable[[], PyTree] = tuple
     recurrent: bool = False
-    lowrank_step: StepFn | None = None
 
     @classmethod
-    def feed_forward(
-        cls, net: nn.Module, input_size: int, lowrank_step: StepFn | None = None
-    ) -> Network:
+    def feed_forward(cls, net: nn.Module, input_size: int) -> Network:
         return cls(
             lambda key: net.init(key, jnp.zeros((input_size,), jnp.float32)),
             lambda params, carry, x: (carry, net.apply(params, x)),
-            lowrank_step=lowrank_step,
         )
-
-    def dispatching_step(self) -> StepFn:
-        """``step`` for plain params, the low-rank step for low-rank ones.
-
-        Which is a Python-level fact about the params' pytree, decided once at trace time, so
-        it costs nothing at run time, and plain params trace exactly what flax's ``apply``
-        traced before low-rank members existed (every existing run's numbers stay bit-identical).
-        """
-        exact = self.step
-
-        def materialised(params: PyTree, carry: PyTree, x: jax.Array) -> tuple[PyTree, jax.Array]:
-            return exact(lowrank.materialise(params), carry, x)
-
-        thin = self.lowrank_step or materialised
-
-        def step(params: PyTree, carry: PyTree, x: jax.Array) -> tuple[PyTree, jax.Array]:
-            if lowrank.contains_lowrank(params):
-                return thin(params, carry, x)
-            return exact(params, carry, x)
-
-        return step
 
 
 class _Spec:
@@ -275,9 +246,11 @@ class _Spec:
         head = ActionHead.from_space(action_space, raw=self.raw_actions)
         input_size = obs_size + _meta_feature_size(meta, head)
         net = self._network(input_size, head.size, layout)
-        step, initial_carry = _mirrored(
-            net.dispatching_step(), net.initial_carry, self, obs_size, head, meta, layout
+        mirrored, initial_carry = _mirrored(
+            net.step, net.initial_carry, self, obs_size, head, meta, layout
         )
+        # The one place a network meets low-rank members, whoever wrote it.
+        step = perturb.splitting(mirrored)
 
         def apply(params, x, carry, key):
             carry, outputs = step(params, carry, x)
@@ -332,7 +305,7 @@ class MLP(_Spec):
         _check_activation(self.activation)
         _check_positive(hidden=self.hidden)
         net = _MLPNet(tuple(int(w) for w in self.hidden), outputs, self.activation)
-        return Network.feed_forward(net, input_size, net.lowrank_step)
+        return Network.feed_forward(net, input_size)
 
 
 @dataclass(frozen=True)
@@ -350,7 +323,7 @@ class _Recurrent(_Spec):
     raw_actions: bool = False  # continuous actions unsquashed (see ActionHead)
 
     @classmethod
-    def from_config(cls, config: PolicyConfig) -> _Recurrent:
+    def from_config(cls, config: PolicyConfig) -> Self:
         return cls(hidden=config.hidden[0], **_inputs(config))
 
     def _net(self, outputs: int) -> nn.Module:
@@ -366,9 +339,7 @@ class _Recurrent(_Spec):
         def init(key: jax.Array) -> PyTree:
             return net.init(key, self._initial_carry(), jnp.zeros((input_size,), jnp.float32))
 
-        return Network(
-            init, net.apply, self._initial_carry, recurrent=True, lowrank_step=net.lowrank_step
-        )
+        return Network(init, net.apply, self._initial_carry, recurrent=True)
 
 
 def _mirrored(
@@ -478,7 +449,7 @@ class _ConvTorso(nn.Module):
     @nn.nowrap
     def image(self, x: jax.Array) -> jax.Array:
         """The flat input's leading pixels as the ``(H, W, frames * C)`` image the convs see,
-        centred on the agent if asked; shared by flax's path and the low-rank one."""
+        centred on the agent if asked."""
         height, width, depth = self.image_shape
         pixels = self.frames * height * width * depth
         # Stacked frames arrive oldest first; they become extra channels of one image.
@@ -495,11 +466,6 @@ class _ConvTorso(nn.Module):
         """The inputs after the image (meta inputs, env parameters)."""
         return x[self.frames * math.prod(self.image_shape) :]
 
-    @nn.nowrap
-    def lowrank_args(self, x: jax.Array) -> tuple[jax.Array, jax.Array, int, Callable]:
-        """What :func:`esjax.policies.lowrank.conv_torso` takes after its params."""
-        return self.image(x), self.rest(x), self.stride, ACTIVATIONS[self.activation]
-
 
 class _CNNNet(nn.Module):
     torso: _ConvTorso
@@ -508,11 +474,6 @@ class _CNNNet(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         return nn.Dense(self.outputs)(self.torso(x))
-
-    @nn.nowrap
-    def lowrank_step(self, params: PyTree, carry: PyTree, x: jax.Array) -> tuple[PyTree, jax.Array]:
-        """:meth:`__call__` on a low-rank member's params (see :class:`Network`)."""
-        return carry, lowrank.cnn(params["params"], *self.torso.lowrank_args(x))
 
 
 class _CNNLSTMNet(nn.Module):
@@ -524,11 +485,6 @@ class _CNNLSTMNet(nn.Module):
     def __call__(self, carry: PyTree, x: jax.Array) -> tuple[PyTree, jax.Array]:
         carry, h = nn.OptimizedLSTMCell(self.cell)(carry, self.torso(x))
         return carry, nn.Dense(self.outputs)(h)
-
-    @nn.nowrap
-    def lowrank_step(self, params: PyTree, carry: PyTree, x: jax.Array) -> tuple[PyTree, jax.Array]:
-        """:meth:`__call__` on a low-rank member's params (see :class:`Network`)."""
-        return lowrank.cnn_lstm(params["params"], carry, *self.torso.lowrank_args(x))
 
 
 @dataclass(frozen=True)
@@ -580,7 +536,8 @@ class CNN(_Spec):
                 f"a cnn policy needs image observations (H, W) or (H, W, C), got shape "
                 f"{tuple(obs_shape) if obs_shape is not None else 'unknown'}; use an mlp"
             )
-        image_shape = tuple(int(d) for d in obs_shape) + (1,) * (3 - len(obs_shape))
+        height, width, *channels = (int(d) for d in obs_shape)
+        image_shape = (height, width, channels[0] if channels else 1)
         self._check(image_shape)
         torso = _ConvTorso(
             image_shape,
@@ -595,7 +552,7 @@ class CNN(_Spec):
         )
         if int(self.lstm) <= 0:
             net = _CNNNet(torso, outputs)
-            return Network.feed_forward(net, input_size, net.lowrank_step)
+            return Network.feed_forward(net, input_size)
         cell = int(self.lstm)
         recurrent_net = _CNNLSTMNet(torso, cell, outputs)
 
@@ -607,13 +564,7 @@ class CNN(_Spec):
             zeros_x = jnp.zeros((input_size,), jnp.float32)
             return recurrent_net.init(key, initial_carry(), zeros_x)
 
-        return Network(
-            init,
-            recurrent_net.apply,
-            initial_carry,
-            recurrent=True,
-            lowrank_step=recurrent_net.lowrank_step,
-        )
+        return Network(init, recurrent_net.apply, initial_carry, recurrent=True)
 
     def _radius(self, image_shape: tuple[int, int, int]) -> int:
         """The window's radius; by default far enough that no cell leaves the view."""
@@ -650,16 +601,10 @@ class CNN(_Spec):
 
 @dataclass(frozen=True)
 class CodePolicy(_Spec):
-    """A user's flax module as a policy: ``factory`` names it as ``"package.module:factory"`` or
-    ``"path/to/file.py:factory"`` (loaded as :mod:`esjax.envs.core` loads a user's env).
-
-    The factory is called as ``factory(input_size=N, output_size=M, **arguments)``, where
-    ``arguments`` are the task's other ``[policy]`` keys, and returns a ``flax.linen.Module``
-    that maps one float32 vector of N inputs (the flat observation, then any stacked frames,
-    env-parameter and meta inputs) to M outputs: a discrete action's logits, or a continuous
-    action's values before the action head squashes them into the bounds. It carries nothing
-    between steps. What it returns is checked here, by shape, in one line.
-    """
+    """A user's network as a policy, in any JAX framework (:mod:`esjax.policies.user` says what
+    its factory may return): ``factory`` names it as ``"package.module:factory"`` or
+    ``"path/to/file.py:factory"`` (loaded as :mod:`esjax.envs.core` loads a user's env), and
+    ``arguments`` are the task's other ``[policy]`` keys."""
 
     factory: str
     arguments: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -670,57 +615,25 @@ class CodePolicy(_Spec):
 
     @classmethod
     def from_config(cls, config: PolicyConfig) -> CodePolicy:
-        return cls(config.kind, dict(config.settings.extras), **_inputs(config))
+        extras = getattr(config.settings, "extras", {})  # a code kind's settings are its extras
+        return cls(config.kind, dict(extras), **_inputs(config))
 
     def _network(self, input_size: int, outputs: int, layout: dict[str, Any]) -> Network:
-        made = self._make(input_size, outputs)
-        zeros = jnp.zeros((input_size,), jnp.float32)
-        try:
-            params = jax.eval_shape(made.init, jax.random.key(0), zeros)
-            shape = jax.eval_shape(made.apply, params, zeros).shape
-        except Exception as error:  # the user's module: say which, in one line
-            raise PolicyError(f"{self.factory!r}: its module fails on {input_size} inputs: "
-                              f"{_first_line(error)}") from None  # fmt: skip
-        if tuple(shape) != (outputs,):
-            raise PolicyError(f"{self.factory!r}: its module maps {input_size} inputs to shape "
-                              f"{tuple(shape)}; the action head needs ({outputs},)")  # fmt: skip
-        return Network.feed_forward(made, input_size)
-
-    def _make(self, input_size: int, outputs: int) -> nn.Module:
-        """The factory's module (its source keys the programs kept across processes: see
-        :func:`esjax.run.training.program_key`)."""
+        """The factory's network, checked on one input (its source keys the programs kept
+        across processes: see :func:`esjax.run.training.program_key`)."""
         source, _, attribute = self.factory.rpartition(":")
         factory = envs.load_factory(source, attribute, self.factory)
         arguments = {"input_size": input_size, "output_size": outputs, **self.arguments}
-        try:
-            inspect.signature(factory).bind(**arguments)
-        except TypeError as error:
-            raise PolicyError(
-                f"{self.factory!r}: cannot call it with {arguments}: {error}"
-            ) from None
-        except ValueError:  # no signature to read: the call says what fails
-            pass
-        try:
-            made = factory(**arguments)
-        except Exception as error:  # the user's factory: say which, in one line
-            raise PolicyError(f"{self.factory!r} raised {_first_line(error)}") from None
-        if not isinstance(made, nn.Module):
-            raise PolicyError(
-                f"{self.factory!r} returned a {type(made).__name__}, not a flax.linen.Module"
-            )
-        return made
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
+        made = user.make(factory, self.factory, arguments, input_size)
+        user.check(made, self.factory, input_size, outputs)
+        return Network(made.init, made.step, made.initial_carry, made.recurrent)
 
 
 PolicySpec = MLP | LSTM | GRU | CNN | CodePolicy
 
 # The spec that builds each kind of :data:`esjax.specs.policy_kinds.KINDS`, by the same name; a kind
 # named as code is a :class:`CodePolicy`.
-SPECS: dict[str, type[MLP | _Recurrent | CNN]] = {"mlp": MLP, "lstm": LSTM, "gru": GRU, "cnn": CNN}
+SPECS: dict[str, type[MLP | LSTM | GRU | CNN]] = {"mlp": MLP, "lstm": LSTM, "gru": GRU, "cnn": CNN}
 
 
 def spec_for(config: PolicyConfig) -> PolicySpec:

@@ -32,11 +32,11 @@ from jax.sharding import PartitionSpec as P
 from jax.typing import ArrayLike
 
 from esjax.envs.core import Env, EnvParams, env_step, make_env
-from esjax.policies.lowrank import is_lowrank
 from esjax.policies.networks import Policy, PolicySpec
 from esjax.rollout import sharding
 from esjax.rollout.episode import EpisodeStep, episode_keys, split_step_key, step_keys
 from esjax.strategies.fitness import member_returns
+from esjax.strategies.population import Population, as_population
 
 PyTree = Any
 EnvParamsSampler = Callable[[jax.Array, EnvParams], EnvParams]
@@ -344,11 +344,18 @@ class PopulationRollout:
             sampler = sampler.with_bounds(bounds)
         return sampler(key, self.env_params)
 
-    def auto_chunk_size(self, popsize: int, params: PyTree, runs: int = 1) -> int:
-        """Members per chunk: ``chunk_size`` if pinned, else :func:`cache_chunk_size` for these
-        devices. Read when a population is traced, so a later ``chunk_size`` applies then."""
+    def auto_chunk_size(self, popsize: int, members: Population | PyTree, runs: int = 1) -> int:
+        """Members per chunk of ``members`` (a population, or parameters with a leading member
+        axis: shapes are enough), by :meth:`chunk_members`."""
+        return self.chunk_members(popsize, as_population(members).member_bytes(), runs)
+
+    def chunk_members(self, popsize: int, member_bytes: int, runs: int = 1) -> int:
+        """Members per chunk when each holds ``member_bytes`` in it: ``chunk_size`` if pinned,
+        else :func:`cache_chunk_size` for these devices. Read when a population is traced, so
+        a later ``chunk_size`` applies then."""
         platform = self.devices[0].platform
-        return cache_chunk_size(popsize, params, runs, pinned=self.chunk_size, platform=platform)
+        return cache_chunk_size(popsize, member_bytes, runs, pinned=self.chunk_size,
+                                platform=platform)  # fmt: skip
 
     # ------------------------------------------------------------------ implementation
     def _stats(self, obs_stats: ObsStats | None) -> ObsStats:
@@ -400,35 +407,37 @@ def _over_keys(rollout, keys, params, obs_stats, trajectory, bounds=None):
 
 
 def _population(rollout, key, pop_params, obs_stats, bounds, num_rollouts, trajectory=False):
-    keys = _member_keys(key, sharding.popsize(pop_params), num_rollouts, rollout.rollout_keys)
+    population = as_population(pop_params)
+    keys = _member_keys(key, population.popsize, num_rollouts, rollout.rollout_keys)
 
-    def local(keys, params, inputs, valid, axis):
-        return _population_local(rollout, keys, params, *inputs, trajectory)
+    def local(keys, members, inputs, valid, axis):
+        return _population_local(rollout, keys, members, *inputs, trajectory)
 
     inputs, out_specs = (obs_stats, bounds), P(sharding.AXIS)
-    result = sharding.over_devices(local, rollout.devices, keys, pop_params, inputs, out_specs)
-    return jax.tree.map(lambda x: sharding.in_member_order(pop_params, x), result)
+    result = sharding.over_devices(local, rollout.devices, keys, population, inputs, out_specs)
+    return jax.tree.map(population.in_member_order, result)
 
 
 def _summary(rollout, key, pop_params, obs_stats, bounds, num_rollouts, runs=1, worst_episodes=1.0):
-    keys = _member_keys(key, sharding.popsize(pop_params), num_rollouts, rollout.rollout_keys)
+    population = as_population(pop_params)
+    keys = _member_keys(key, population.popsize, num_rollouts, rollout.rollout_keys)
 
-    def local(keys, params, inputs, valid, axis):
-        result = _population_local(rollout, keys, params, *inputs, False, runs)
+    def local(keys, members, inputs, valid, axis):
+        result = _population_local(rollout, keys, members, *inputs, False, runs)
         return _reduce_members(result, valid, axis, worst_episodes)
 
     inputs = (obs_stats, bounds)
-    summary = sharding.over_devices(local, rollout.devices, keys, pop_params, inputs, P())
-    return summary.replace(returns=sharding.in_member_order(pop_params, summary.returns))
+    summary = sharding.over_devices(local, rollout.devices, keys, population, inputs, P())
+    return summary.replace(returns=population.in_member_order(summary.returns))
 
 
-def _population_local(rollout, keys, pop_params, obs_stats, bounds, trajectory, runs=1):
+def _population_local(rollout, keys, population, obs_stats, bounds, trajectory, runs=1):
     """One device's members, each over its rollouts, a chunk at a time (:func:`map_members`)."""
 
     def member(member_keys, params):
         return _over_keys(rollout, member_keys, params, obs_stats, trajectory, bounds)
 
-    return map_members(member, keys, pop_params, partial(rollout.auto_chunk_size, runs=runs))
+    return map_members(member, keys, population, partial(rollout.auto_chunk_size, runs=runs))
 
 
 def _bind_episode(
@@ -574,7 +583,7 @@ def _reduce_members(
 
 def cache_chunk_size(
     popsize: int,
-    params: PyTree,
+    member_bytes: int,
     runs: int = 1,
     *,
     pinned: int | None = None,
@@ -582,10 +591,11 @@ def cache_chunk_size(
 ) -> int:
     """Members per chunk: cache-sized on CPU; the whole population if small or on a GPU.
 
-    ``params`` has a leading member axis (arrays or shape structs: only shapes are read).
-    Under a ``vmap`` over ``runs`` populations (seeds, sweep configurations) each chunk
-    step holds ``runs`` times its members, so the cache's share of one run is divided.
-    ``pinned`` (a rollout's ``chunk_size``) overrides the choice. The budget is this module's
+    ``member_bytes``: what a chunk holds per member
+    (:meth:`~esjax.strategies.population.Population.member_bytes`). Under a ``vmap`` over
+    ``runs`` populations (seeds, sweep configurations) each chunk step holds ``runs`` times its
+    members, so the cache's share of one run is divided. ``pinned`` (a rollout's
+    ``chunk_size``) overrides the choice. The budget is this module's
     ``CHUNK_PARAM_BYTES``, read at every call.
     """
     if pinned is not None:
@@ -594,7 +604,6 @@ def cache_chunk_size(
         # A GPU hides memory latency with thousands of members in flight; chunking it
         # serialises the population (measured 25x slower on one GPU at 2048 members).
         return int(popsize)
-    member_bytes = _member_bytes(params)
     runs = max(1, int(runs))
     # A power of two divides the usual popsizes, so no ragged last chunk is compiled; at
     # least 8 members step together over all runs.
@@ -603,47 +612,25 @@ def cache_chunk_size(
     return int(min(popsize, chunk))
 
 
-def _member_bytes(params: PyTree) -> int:
-    """What a chunk holds per member: its weights; for low-rank members of a dense network
-    (:class:`esjax.policies.lowrank.LowRank` kernels over shared matrices), the widest
-    layer's activations, input or output.
-
-    A chunk of low-rank members reads each shared matrix once per step whatever its size, and
-    a larger chunk makes that a larger matrix-matrix product; what grows with the chunk is the
-    activations. Measured on the MLP 64-64, 256-256 and 1024-1024 at 2048 members on a 2-core
-    CPU, the fastest chunks were 2048, 1024 and 512 members (0.5-2 MB of the widest layer's
-    activations; this rule picks 2048, 1024 and 256, the last at 0.94 of 512's speed); sized
-    by the factors instead, chunks of 512 and 128 members ran the first two at 0.82 and 0.53
-    of the best. A conv's activations are its kernel's width times the image's positions,
-    which the kernel does not say: a network with a low-rank conv is chunked as if each
-    member held its weights (the rule of full members, not measured for low-rank ones).
-    """
-    leaves = jax.tree.leaves(params, is_leaf=is_lowrank)
-    kernels = [leaf for leaf in leaves if is_lowrank(leaf)]
-    whole = [x for leaf in leaves for x in ((leaf.base,) if is_lowrank(leaf) else (leaf,))]
-    if not kernels or any(kernel.base.ndim > 3 for kernel in kernels):  # (1, rows, cols)
-        return sum(math.prod(leaf.shape[1:]) * leaf.dtype.itemsize for leaf in whole) or 1
-    return max(max(k.base.shape[1:]) * k.base.dtype.itemsize for k in kernels)
-
-
 def map_members(
     over_keys: Callable[[jax.Array, PyTree], PyTree],
     keys: jax.Array,
-    pop_params: PyTree,
-    chunk_size: Callable[[int, PyTree], int],
+    population: Population,
+    chunk_size: Callable[[int, Population], int],
 ) -> PyTree:
-    """``over_keys(member_keys, params)`` for every member, ``chunk_size(popsize, shapes)`` at
-    a time.
+    """``over_keys(member_keys, params)`` for every member, ``chunk_size(popsize, population)``
+    at a time.
 
     At large popsizes, when all members advance one step together every member's weights are
     streamed from memory at every step; a chunk (``lax.map`` with ``batch_size``) keeps its
-    weights in cache for the whole episode. A lazy population's members are made inside
-    their chunk (:func:`esjax.rollout.sharding.member_ids`). Shared keys ``(num_rollouts,)`` go to
-    every member; per-member keys ``(popsize, num_rollouts)`` are mapped with the members.
+    weights in cache for the whole episode. Members' parameters are made inside their chunk
+    (:meth:`~esjax.strategies.population.Population.member`), so a population that is not
+    materialised never exists as a whole. Shared keys ``(num_rollouts,)`` go to every member;
+    per-member keys ``(popsize, num_rollouts)`` are mapped with the members.
     """
-    ids, decode, shapes = sharding.member_ids(pop_params)
-    popsize = sharding.popsize(pop_params)
-    chunk = chunk_size(popsize, shapes)
+    ids, decode = population.members(), population.member
+    popsize = population.popsize
+    chunk = chunk_size(popsize, population)
 
     if keys.ndim == 1:  # every member runs the same episode keys
 

@@ -88,17 +88,19 @@ def estimate(
     rollout: Any,
     build_strategy: Callable[[int], Any],
     popsize_for: Callable[[int], int],
-    population_floats: Callable[[Any, int], int],
+    population_floats: Callable[[Any, int, Callable[[int], int]], int],
     *,
     seeds: int,
     rollouts: int,
 ) -> MemoryEstimate:
     """What a generation of ``rollout`` with the strategy ``build_strategy(num_dims)`` needs.
 
-    ``popsize_for(num_dims)`` is the population size. ``population_floats(strategy, devices)``
-    is what the strategy holds for a population on one device
-    (:func:`esjax.strategies.strategy.population_floats`). The strategy is built and
-    initialised only while tracing, so its templates are shapes, not ``num_dims`` floats.
+    ``popsize_for(num_dims)`` is the population size. ``population_floats(strategy, devices,
+    chunk_for)`` is what the strategy holds for a population on one device, a chunk of
+    ``chunk_for(member_bytes)`` members stepping at once
+    (:func:`esjax.strategies.strategy.population_floats` with the run's member layout). The
+    strategy is built and initialised only while tracing, so its templates are shapes, not
+    ``num_dims`` floats.
     """
     key = jax.random.key(0)
     params = jax.eval_shape(rollout.init_params, key)
@@ -108,9 +110,12 @@ def estimate(
     held: list[int] = []
     try:
 
+        def chunk_for(member_bytes: int) -> int:
+            return int(rollout.chunk_members(popsize, member_bytes, seeds))
+
         def init(k):
             strategy = build_strategy(num_dims)
-            held.append(population_floats(strategy, len(devices)))
+            held.append(population_floats(strategy, len(devices), chunk_for))
             return strategy.init(k, jnp.zeros((num_dims,), jnp.float32))
 
         state = _bytes(jax.eval_shape(init, key))

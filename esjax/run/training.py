@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import functools
 import json
 import warnings
 from collections.abc import Callable, Sequence
@@ -198,11 +199,12 @@ def check_memory(config: RunConfig) -> None:
     strategies = backend_modules().strategies
     rollout = shared_rollout(config.task, source=config.task_name)
     memory.check_test_fits(rollout, config.task.test_episodes)  # the final test, at the end
+    layout = backend_modules().engine.member_layout(rollout)
     needs = memory.estimate(
         rollout,
         lambda num_dims: strategies.build_strategy(spec, num_dims, config.popsize),
         lambda num_dims: config.popsize,
-        strategies.population_floats,
+        functools.partial(_population_floats, layout),
         seeds=config.seeds,
         rollouts=config.rollouts,
     )
@@ -211,6 +213,10 @@ def check_memory(config: RunConfig) -> None:
 
 
 _FITS: set[str] = set()
+
+
+def _population_floats(layout: Any, strategy: Any, devices: int, chunk_for: Any) -> int:
+    return backend_modules().strategies.population_floats(strategy, layout, devices, chunk_for)
 
 
 def program_key(config: RunConfig) -> dict[str, Any] | None:

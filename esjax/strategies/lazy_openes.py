@@ -17,12 +17,12 @@ up to ``GRADIENT_BLOCKS``.
 It applies where the shortcut is exact: ``Open_ES`` with antithetic pairs, no L2 penalty (the
 only fitness shaping here that reads the parameters). Every other strategy keeps the
 materialised path. :data:`LAZY_OPENES` is this module's
-:class:`esjax.strategies.population.LazyStrategy`.
+:class:`esjax.strategies.population.StrategyForm`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +34,14 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from esjax.strategies import draw
-from esjax.strategies.population import AXIS, best_and_shaped, descend
+from esjax.strategies.built import Strategy
+from esjax.strategies.population import (
+    AXIS,
+    MemberLayout,
+    Population,
+    best_and_shaped,
+    descend,
+)
 
 # ``tell`` sums the pairs in at most this many blocks: enough that on a mesh up to this size
 # no device holds more than one block over an even share, few enough that gathering one
@@ -133,6 +140,10 @@ class LazyPopulation:
     def member(self, ident: tuple[jax.Array, jax.Array]) -> Any:
         return self.unravel(self.flat(*ident))
 
+    def member_bytes(self) -> int:
+        """A member's weights, made whole inside its chunk."""
+        return int(self.noise.shape[-1]) * self.noise.dtype.itemsize
+
     def members(self) -> tuple[jax.Array, jax.Array]:
         """Every member's ``(pair, negative)``, for mapping over them."""
         return self.pair, self.negative
@@ -182,7 +193,7 @@ class LazyPopulation:
         return self.mean + self.std * jnp.where(negative, -row, row)
 
 
-def applies(strategy: Any) -> bool:
+def applies(strategy: Strategy) -> bool:
     """Whether ``strategy`` can run on a :class:`LazyPopulation` (antithetic OpenES, no L2)."""
     # evosax is imported here, not at the top: the rollout imports this module, and evosax
     # creates arrays at import, which would start JAX before the CPU devices are set.
@@ -198,7 +209,7 @@ def applies(strategy: Any) -> bool:
 
 
 def ask(
-    strategy: Any, key: jax.Array, state: Any, unravel: Callable, mesh: Mesh | None = None
+    strategy: Strategy, key: jax.Array, state: Any, unravel: Callable, mesh: Mesh | None = None
 ) -> LazyPopulation:
     """The population evosax's ``ask`` would return for ``key``, kept as its half noise.
 
@@ -294,7 +305,9 @@ def weighted_noise(population: LazyPopulation, pair_weights: jax.Array) -> jax.A
     return lax.fori_loop(1, layout.blocks, lambda b, total: total + sums[b], sums[0])
 
 
-def tell(strategy: Any, key: jax.Array, population: LazyPopulation, fitness: jax.Array, state):
+def tell(
+    strategy: Strategy, key: jax.Array, population: LazyPopulation, fitness: jax.Array, state: Any
+) -> Any:
     """evosax's ``Open_ES.tell`` (best so far, shaping, gradient step, std schedule) from pairs."""
     es = strategy.es
     state, shaped = best_and_shaped(strategy, population, fitness, state)
@@ -305,29 +318,53 @@ def tell(strategy: Any, key: jax.Array, population: LazyPopulation, fitness: jax
     return state.replace(generation_counter=state.generation_counter + 1)
 
 
-def held_floats(popsize: int, num_dims: int, devices: int) -> int:
+def held_floats(popsize: int, num_dims: int, devices: int, chunk: int = 0) -> int:
     """A device's share of the half noise (whole blocks of pairs), the only population-sized
-    array a generation holds; a chunk's members and ``tell``'s sum are ``num_dims``-sized."""
-    return PairLayout(popsize // 2, devices).per_device * num_dims
+    array a generation holds, and a chunk's members, each made whole while it steps."""
+    return PairLayout(popsize // 2, devices).per_device * num_dims + chunk * num_dims
 
 
 @dataclass(frozen=True)
-class _LazyOpenES:
-    """Antithetic OpenES as a :class:`esjax.strategies.population.LazyStrategy`."""
+class LazyOpenES:
+    """Antithetic OpenES as a :class:`esjax.strategies.population.StrategyForm`: evosax's
+    ``Open_ES`` stepped from its half noise."""
 
     name: str = "antithetic OpenES"
 
-    def applies(self, strategy: Any) -> bool:
+    def applies(self, strategy: Strategy) -> bool:
         return applies(strategy)
 
-    def ask(self, strategy, key, state, unravel, mesh) -> LazyPopulation:
-        return ask(strategy, key, state, unravel, mesh)
+    def check_settings(self, settings: Mapping[str, Any]) -> str | None:
+        return None
 
-    def tell(self, strategy, key, population, fitness, state) -> Any:
+    def flops_per_entry(self, settings: Mapping[str, Any]) -> float:
+        return 30.0  # a Gaussian per entry, as the materialised draw
+
+    def held_floats(
+        self, strategy: Strategy, layout: MemberLayout, devices: int, chunk: int
+    ) -> int:
+        return held_floats(strategy.popsize, strategy.num_dims, devices, chunk)
+
+    def ask(
+        self,
+        strategy: Strategy,
+        key: jax.Array,
+        state: Any,
+        layout: MemberLayout,
+        mesh: Mesh | None,
+    ) -> tuple[LazyPopulation, Any]:
+        return ask(strategy, key, state, layout.unravel, mesh), state
+
+    def tell(
+        self,
+        strategy: Strategy,
+        key: jax.Array,
+        population: Population,
+        fitness: jax.Array,
+        state: Any,
+    ) -> Any:
+        assert isinstance(population, LazyPopulation)  # what this form's ask made
         return tell(strategy, key, population, fitness, state)
 
-    def held_floats(self, popsize: int, num_dims: int, devices: int) -> int:
-        return held_floats(popsize, num_dims, devices)
 
-
-LAZY_OPENES = _LazyOpenES()
+LAZY_OPENES = LazyOpenES()

@@ -1,11 +1,12 @@
 """Low-rank ES: every weight matrix perturbed by a rank-r product (EGGROLL, arXiv 2511.16652).
 
 Member ``i`` of OpenES is ``mean + std * z_i`` with ``z_i`` Gaussian over every parameter. Here
-each parameter leaf of two or more axes (a weight matrix; a conv kernel as the
-``(kh kw c_in) x c_out`` matrix it contracts as) is perturbed by ``std * A_i B_iᵀ / sqrt(r)``
-with ``A_i`` (rows x r) and ``B_i`` (columns x r) standard normal (stored a row per rank, as
-:class:`esjax.policies.lowrank.LowRank` takes them), and every other leaf (biases,
-norms) by ordinary Gaussian noise. Each entry of ``A Bᵀ / sqrt(r)`` has mean 0 and variance 1,
+each parameter leaf the network multiplies by (a weight matrix; a conv kernel as the ``(kh kw
+c_in) x c_out`` matrix it contracts as: :func:`esjax.policies.perturb.plan` reads the split
+off the network) is perturbed by ``std * A_i B_iᵀ / sqrt(r)`` with ``A_i`` (rows x r) and
+``B_i`` (columns x r) standard normal (stored a row per rank, as
+:class:`esjax.policies.perturb.LowRank` takes them), and every other leaf (biases, norms,
+embeddings) by ordinary Gaussian noise. Each entry of ``A Bᵀ / sqrt(r)`` has mean 0 and variance 1,
 like an entry of OpenES's ``z``, and the perturbation is uncorrelated across entries, so
 ``E[z zᵀ] = I`` holds for both. The gradient estimate ``sum_i f_i z_i / (popsize std)`` then
 has OpenES's expectation wherever the fitness is linear or quadratic around the mean (odd
@@ -17,7 +18,8 @@ members has rank ``<= n``.
 
 Nothing population-sized is ever formed. A member's factors come from ``fold_in(key, pair)``
 and are drawn inside the rollout chunk that steps it; its matrices reach the policy as
-:class:`esjax.policies.lowrank.LowRank` (the shared mean plus thin factors), so a layer is one
+:class:`esjax.policies.perturb.LowRank` (the shared mean plus thin factors), which every network
+applies where it multiplies (:func:`esjax.policies.perturb.splitting`), so a layer is one
 matrix-matrix product for the chunk plus rank-r corrections. ``tell`` draws the factors again,
 a block of pairs at a time, and assembles each matrix's update as ``Aᵀ diag(w) B``, a product
 of thin matrices. Members come in antithetic pairs ``(+A, B)``, ``(-A, B)`` unless
@@ -25,15 +27,16 @@ of thin matrices. Members come in antithetic pairs ``(+A, B)``, ``(-A, B)`` unle
 
 :class:`LowRank_ES` is the algorithm in evosax's API (its ``ask`` materialises the population
 from the ``solution`` pytree's leaf shapes, for use outside esjax and as the reference of the
-tests); its ``lazy_form`` is how esjax steps it.
+tests); its ``form`` (:class:`LowRankForm`) is how esjax steps it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -41,12 +44,17 @@ import optax
 from evosax.algorithms.distribution_based.base import DistributionBasedAlgorithm, metrics_fn
 from evosax.algorithms.distribution_based.open_es import Params, State
 from evosax.core.fitness_shaping import centered_rank_fitness_shaping_fn
-from flax import struct
-from jax.sharding import Mesh
-from jax.sharding import PartitionSpec as P
 
-from esjax.policies.lowrank import LowRank, matrix_shape
-from esjax.strategies.population import best_and_shaped, descend
+from esjax.policies.perturb import LowRank, Plan, matrix_shape
+from esjax.strategies.built import Strategy
+from esjax.strategies.population import (
+    MemberLayout,
+    PairedForm,
+    StrategyForm,
+    blocked_sum,
+    descend,
+    pair_and_sign,
+)
 
 PyTree = Any
 # ``tell`` draws the factors of this many floats' worth of pairs at a time (and a whole pair at
@@ -59,28 +67,56 @@ DEFAULT_STD = optax.constant_schedule(1.0)
 
 @dataclass(frozen=True)
 class Layout:
-    """Which leaves of a member's parameters are matrices, and how a pair's noise is drawn.
-
-    ``shapes`` are the leaves' shapes in the order ``ravel_pytree`` flattens them.
-    """
+    """How a pair's noise is drawn, leaf by leaf: ``shapes`` in the order ``ravel_pytree``
+    flattens them, ``splits`` where each leaf splits into the matrix its products contract
+    (None: a leaf perturbed in full), ``rank`` the factors' rank."""
 
     shapes: tuple[tuple[int, ...], ...]
+    splits: tuple[int | None, ...]
     rank: int
 
     @classmethod
-    def of(cls, tree: PyTree, rank: int) -> Layout:
-        return cls(tuple(tuple(leaf.shape) for leaf in jax.tree.leaves(tree)), int(rank))
+    def of(cls, member: MemberLayout, rank: int) -> Layout:
+        """A run's layout: the policy's leaves, split where its network multiplies them."""
+        return cls(member.shapes, member.plan.splits, int(rank))
 
-    def is_matrix(self, shape: tuple[int, ...]) -> bool:
-        return len(shape) >= 2
+    @classmethod
+    def of_tree(cls, tree: PyTree, rank: int, plan: Plan | None = None) -> Layout:
+        """A pytree's layout: split as ``plan`` says, else every leaf of two or more axes as
+        ``prod(shape[:-1]) x shape[-1]`` (a dense kernel, a conv kernel HWIO)."""
+        shapes = tuple(tuple(leaf.shape) for leaf in jax.tree.leaves(tree))
+        splits = plan.splits if plan is not None else _default_splits(shapes)
+        return cls(shapes, tuple(splits), int(rank))
+
+    def matrices(self) -> list[tuple[tuple[int, ...], int]]:
+        """``(shape, split)`` of every leaf perturbed low-rank."""
+        return [(s, k) for s, k in zip(self.shapes, self.splits, strict=True) if k is not None]
 
     @property
     def pair_floats(self) -> int:
         """Floats one pair's noise takes: ``(rows + columns) r`` per matrix, a vector's size."""
         return sum(
-            sum(matrix_shape(shape)) * self.rank if self.is_matrix(shape) else math.prod(shape)
-            for shape in self.shapes
+            sum(matrix_shape(shape, split)) * self.rank if split is not None else math.prod(shape)
+            for shape, split in zip(self.shapes, self.splits, strict=True)
         )
+
+    def member_bytes(self) -> int:
+        """What a chunk holds per low-rank member: the widest product's activations, input or
+        output, for a network of dense layers (a larger chunk makes each shared product a
+        larger matrix-matrix product; what grows with it is the activations); a member's
+        whole weights where a conv is low-rank (its activations are its width times the
+        image's positions, which the kernel does not say).
+
+        Measured on the MLP 64-64, 256-256 and 1024-1024 at 2048 members on a 2-core CPU, the
+        fastest chunks were 2048, 1024 and 512 members (0.5-2 MB of the widest layer's
+        activations; this rule picks 2048, 1024 and 256, the last at 0.94 of 512's speed);
+        sized by the factors instead, chunks of 512 and 128 ran the first two at 0.82 and 0.53
+        of the best.
+        """
+        matrices = self.matrices()
+        if not matrices or any(len(shape) > 2 for shape, _ in matrices):
+            return sum(math.prod(shape) for shape in self.shapes) * 4 or 4
+        return max(max(matrix_shape(shape, split)) for shape, split in matrices) * 4
 
     def block(self, pairs: int) -> int:
         """Pairs per block of ``tell``: a function of the layout and popsize alone, never of
@@ -93,10 +129,10 @@ class Layout:
         The same numbers whoever draws them, alone or in a batch, on any device."""
         pair_key = jax.random.fold_in(key, pair)
         drawn = []
-        for index, shape in enumerate(self.shapes):
+        for index, (shape, split) in enumerate(zip(self.shapes, self.splits, strict=True)):
             leaf_key = jax.random.fold_in(pair_key, index)
-            if self.is_matrix(shape):
-                rows, cols = matrix_shape(shape)
+            if split is not None:
+                rows, cols = matrix_shape(shape, split)
                 factors = jax.random.normal(leaf_key, (self.rank, rows + cols))
                 drawn.append((factors[:, :rows], factors[:, rows:]))
             else:
@@ -109,10 +145,10 @@ class Layout:
         """A member's leaves: :class:`LowRank` matrices over the shared ``leaves``, vectors
         perturbed in full."""
         made = []
-        for leaf, drawn in zip(leaves, noise, strict=True):
+        for leaf, drawn, split in zip(leaves, noise, self.splits, strict=True):
             if isinstance(drawn, tuple):
                 scale = sign * std / math.sqrt(self.rank)
-                made.append(LowRank(base=leaf, a=drawn[0], b=drawn[1], scale=scale))
+                made.append(LowRank(base=leaf, a=drawn[0], b=drawn[1], scale=scale, split=split))
             else:
                 made.append(leaf + sign * std * drawn)
         return made
@@ -134,21 +170,9 @@ class Layout:
         Pairs are drawn a block at a time (:meth:`block`) and the blocks added in pair order:
         the same additions on any device count, since every device computes all of it.
         """
-        pairs = weights.shape[0]
-        block = self.block(pairs)
-        blocks = -(-pairs // block)
-        weights = jnp.pad(weights, (0, blocks * block - pairs))  # padding weighs 0
-
-        def add(index, totals):
-            ids = index * block + jnp.arange(block, dtype=jnp.int32)
-            drawn = jax.vmap(lambda p: self.noise(key, p))(ids)
-            w = jax.lax.dynamic_slice_in_dim(weights, index * block, block)
-            parts = zip(totals, drawn, self.shapes, strict=True)
-            return [t + self._block_sum(w, d, shape) for t, d, shape in parts]
-
-        zeros = [jnp.zeros(shape, weights.dtype) for shape in self.shapes]
-        totals = jax.lax.fori_loop(0, blocks, add, zeros)
-        return jnp.concatenate([t.reshape(-1) for t in totals]) if totals else jnp.zeros((0,))
+        block = self.block(weights.shape[0])
+        return blocked_sum(lambda p: self.noise(key, p), weights, block, self.shapes,
+                           self._block_sum)  # fmt: skip
 
     def _block_sum(self, w: jax.Array, drawn: Any, shape: tuple[int, ...]) -> jax.Array:
         if not isinstance(drawn, tuple):
@@ -160,35 +184,41 @@ class Layout:
         return (weighted.T @ b.reshape(-1, cols) / math.sqrt(self.rank)).reshape(shape)
 
 
+def _default_splits(shapes: Sequence[tuple[int, ...]]) -> tuple[int | None, ...]:
+    return tuple(len(shape) - 1 if len(shape) >= 2 else None for shape in shapes)
+
+
+def _flops(settings: Mapping[str, Any]) -> float:
+    """``tell``'s thin products: ``r`` multiply-adds per entry of a pair's ``A Bᵀ`` (a
+    member's, without pairs); the draws are thin."""
+    per_pair = 2.0 * float(settings.get("rank", 1))  # a multiply-add per rank
+    return per_pair / 2.0 if settings.get("antithetic", True) else per_pair
+
+
+def _noise(strategy: Strategy, member: MemberLayout) -> Layout:
+    """A run's low-rank noise: its policy's leaves, split where its network multiplies them."""
+    whole = member.plan.whole
+    if whole:
+        shown = ", ".join(whole[:3]) + (", ..." if len(whole) > 3 else "")
+        warnings.warn(
+            f"low-rank ES perturbs {len(whole)} weight leaves of the policy in full, as OpenES "
+            f"would ({shown}): its network uses them other than as an operand of a matrix "
+            "product or convolution",
+            stacklevel=2,
+        )
+    return Layout.of(member, strategy.es.rank)
+
+
 class LowRank_ES(DistributionBasedAlgorithm):
     """Low-rank ES in evosax's API: rank-``rank`` perturbations of every weight matrix.
 
-    ``solution`` is a member's parameter pytree (its leaves' shapes say which are matrices);
-    a flat vector is one vector leaf, and the search is then OpenES's.
+    ``solution`` is a member's parameter pytree (its leaves' shapes say which are matrices,
+    or ``plan`` says where a network multiplies each); a flat vector is one vector leaf, and the
+    search is then OpenES's. esjax steps it through its :attr:`form`, which draws the layout
+    from the run's policy.
     """
 
-    @staticmethod
-    def flops_per_entry(settings: Mapping[str, Any]) -> float:
-        """What a generation costs per member and parameter, for esjax's cost warning:
-        ``tell``'s thin products, ``r`` multiply-adds per entry of a pair's ``A Bᵀ`` (a
-        member's, without pairs); the draws are thin."""
-        per_pair = 2.0 * float(settings.get("rank", 1))  # a multiply-add per rank
-        return per_pair / 2.0 if settings.get("antithetic", True) else per_pair
-
-    @staticmethod
-    def check_settings(settings: Mapping[str, Any]) -> str | None:
-        """Why esjax's own settings cannot apply, in one line, or None (read when built)."""
-        if settings.get("l2_penalty"):
-            return (
-                "l2_penalty reads every member's parameters, which the low-rank strategy never "
-                "forms; leave it at 0 (weight_decay decays the mean instead)"
-            )
-        if settings.get("noise_prng", "threefry") != "threefry":
-            return (
-                "noise_prng: each member's factors are drawn from its index, and only threefry "
-                "keys give the same numbers drawn alone or in a batch; leave it at threefry"
-            )
-        return None
+    form: ClassVar[StrategyForm] = PairedForm("low-rank ES", _noise, _flops, BLOCK_FLOATS)
 
     def __init__(
         self,
@@ -200,6 +230,7 @@ class LowRank_ES(DistributionBasedAlgorithm):
         std_schedule: Callable = DEFAULT_STD,
         fitness_shaping_fn: Callable = centered_rank_fitness_shaping_fn,
         metrics_fn: Callable = metrics_fn,
+        plan: Plan | None = None,
     ):
         if int(rank) < 1:
             raise ValueError(f"rank must be at least 1, got {rank}")
@@ -210,7 +241,7 @@ class LowRank_ES(DistributionBasedAlgorithm):
         self.use_antithetic_sampling = bool(use_antithetic_sampling)
         self.optimizer = optimizer
         self.std_schedule = std_schedule
-        self.layout = Layout.of(solution, self.rank)
+        self.layout = Layout.of_tree(solution, self.rank, plan)
 
     @property
     def pairs(self) -> int:
@@ -232,8 +263,8 @@ class LowRank_ES(DistributionBasedAlgorithm):
         )
 
     def _ask(self, key: jax.Array, state: State, params: Params) -> tuple[jax.Array, State]:
-        """The whole population, materialised (the reference the lazy form is checked
-        against): member ``i`` is pair ``i % pairs``, negated for ``i >= pairs``."""
+        """The whole population, materialised (the reference the form is checked against):
+        member ``i`` is pair ``i % pairs``, negated for ``i >= pairs``."""
         members = jnp.arange(self.population_size, dtype=jnp.int32)
         pair, sign = pair_and_sign(members, self.pairs)
         z = jax.vmap(lambda p: self.layout.delta(self.layout.noise(key, p)))(pair)
@@ -243,102 +274,3 @@ class LowRank_ES(DistributionBasedAlgorithm):
         """OpenES's step from ``(population - mean) / std`` (the reference path)."""
         z = (population - state.mean) / state.std
         return descend(self, jnp.dot(fitness, z) / (self.population_size * state.std), state)
-
-
-def pair_and_sign(member: jax.Array, pairs: int) -> tuple[jax.Array, jax.Array]:
-    """Member ``member``'s pair and its sign (``-1`` for the second member of a pair)."""
-    return member % pairs, jnp.where(member >= pairs, -1.0, 1.0)
-
-
-@struct.dataclass
-class LowRankMembers:
-    """A :class:`esjax.strategies.population.LazyMembers`: member ids and the key their
-    factors come from; the mean is shared by every member."""
-
-    mean: jax.Array
-    std: jax.Array
-    key: jax.Array
-    ids: jax.Array  # (members,) int32
-    unravel: Callable = struct.field(pytree_node=False)
-    layout: Layout = struct.field(pytree_node=False)
-    pairs: int = struct.field(pytree_node=False)
-    size: int = struct.field(pytree_node=False)
-
-    @property
-    def popsize(self) -> int:
-        return self.size
-
-    @property
-    def devices(self) -> int:
-        return 1  # every device draws the factors of the members it steps
-
-    def members(self) -> jax.Array:
-        return self.ids
-
-    def member(self, ident: jax.Array) -> PyTree:
-        pair, sign = pair_and_sign(ident, self.pairs)
-        leaves, treedef = jax.tree.flatten(self.unravel(self.mean))
-        made = self.layout.member(leaves, self.layout.noise(self.key, pair), self.std, sign)
-        return jax.tree.unflatten(treedef, made)
-
-    def take(self, rows: jax.Array) -> LowRankMembers:
-        return self.replace(ids=self.ids[rows])
-
-    def member_flat(self, member: jax.Array) -> jax.Array:
-        pair, sign = pair_and_sign(member, self.pairs)
-        return self.mean + self.std * sign * self.layout.delta(self.layout.noise(self.key, pair))
-
-    def specs(self) -> PyTree:
-        return jax.tree.map(lambda _: P(), self)
-
-    def device_share(self, device: jax.Array) -> tuple[LowRankMembers, jax.Array, jax.Array]:
-        raise NotImplementedError("never split over devices (devices is 1)")
-
-    def in_member_order(self, x: jax.Array) -> jax.Array:
-        return x[: self.size]
-
-
-@dataclass(frozen=True)
-class LazyLowRank:
-    """:class:`LowRank_ES` stepped member by member, its matrices kept as factors: an
-    :class:`esjax.strategies.population.LazyStrategy`."""
-
-    name: str = "low-rank ES"
-
-    def applies(self, strategy: Any) -> bool:
-        return isinstance(strategy.es, LowRank_ES)
-
-    def ask(
-        self, strategy: Any, key: jax.Array, state: Any, unravel: Callable, mesh: Mesh | None
-    ) -> LowRankMembers:
-        es = strategy.es
-        layout = Layout.of(jax.eval_shape(unravel, state.mean), es.rank)
-        ids = jnp.arange(es.population_size, dtype=jnp.int32)
-        return LowRankMembers(state.mean, state.std, strategy.noise_key(key), ids, unravel,
-                              layout, es.pairs, es.population_size)  # fmt: skip
-
-    def tell(
-        self,
-        strategy: Any,
-        key: jax.Array,
-        population: LowRankMembers,
-        fitness: jax.Array,
-        state: Any,
-    ) -> Any:
-        es = strategy.es
-        state, shaped = best_and_shaped(strategy, population, fitness, state)
-        pairs = es.pairs
-        weights = shaped[:pairs] - shaped[pairs:] if es.use_antithetic_sampling else shaped
-        total = population.layout.weighted_sum(population.key, weights)
-        state = descend(es, total / (es.population_size * state.std), state)
-        return state.replace(generation_counter=state.generation_counter + 1)
-
-    def held_floats(self, popsize: int, num_dims: int, devices: int) -> int:
-        """One block of pairs' factors in ``tell``, the update and one member's row. A chunk's
-        factors are not counted: on a CPU a chunk's are small beside its activations; on a GPU,
-        where a chunk is the whole population, they are ``popsize (rows + cols) r`` per matrix
-        (as lazy OpenES's chunk of members is not counted either)."""
-        return BLOCK_FLOATS + 3 * num_dims
-
-
-LowRank_ES.lazy_form = LazyLowRank()  # type: ignore[attr-defined]

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +25,6 @@ import jax.numpy as jnp
 import optax
 from evosax.core import fitness_shaping as shaping
 from evosax.core.optimizer import clipup
-from flax import struct
-from jax import lax
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
 
 from esjax.specs import presets
 from esjax.specs.config import (
@@ -42,11 +37,20 @@ from esjax.specs.config import (
 )
 from esjax.strategies import algorithms, lazy_openes
 from esjax.strategies.algorithms import OPTIMIZERS, SHAPING_FNS, Setting, settings_table
+from esjax.strategies.built import PopulationState, Strategy
 from esjax.strategies.cma import resolve_decomposition_every
 from esjax.strategies.fitness import grouped_shaping
-from esjax.strategies.population import LazyStrategy
+from esjax.strategies.population import MATERIALISED, MemberLayout, StrategyForm
 
-__all__ = ["OPTIMIZERS", "Setting", "Strategy", "StrategySpec", "build_strategy", "load_strategy"]
+__all__ = [
+    "OPTIMIZERS",
+    "PopulationState",
+    "Setting",
+    "Strategy",
+    "StrategySpec",
+    "build_strategy",
+    "load_strategy",
+]
 
 
 # A numeric setting's kind: (strictly above?, bound, how a refusal names it). A std or a step
@@ -334,106 +338,6 @@ def _shaping(spec: StrategySpec, default: Callable) -> Callable:
     return fn
 
 
-@struct.dataclass
-class PopulationState:
-    """A population-based algorithm's evosax state, plus the member esjax tests as its "mean".
-
-    evosax starts these algorithms from an *evaluated* population. esjax evaluates it as the
-    run's first generation: until ``evaluated`` the ``ask`` returns the initial population
-    unchanged, and the first ``tell`` is evosax's ``init`` with that population's fitness.
-    ``mean`` is the best member of the current population (evosax's ``get_best_solution``).
-    """
-
-    algorithm: Any
-    mean: jax.Array
-    evaluated: jax.Array
-
-
-@dataclass(frozen=True)
-class Strategy:
-    """One evosax object and its params, built once per run; pure ``init``/``ask``/``tell``.
-
-    ``es`` is never mutated, so the engine can close over it in jitted code. A
-    population-based algorithm's state is wrapped in :class:`PopulationState`; every other
-    state is evosax's own.
-    """
-
-    spec: StrategySpec
-    es: Any
-    params: Any
-    popsize: int
-    num_dims: int
-    population_based: bool = False
-
-    def initial_mean(self, policy_init: jax.Array) -> jax.Array:
-        """Where the search starts: the policy's initialisation, or all zeros."""
-        if self.spec.settings["mean_init"] == "zeros":
-            return jnp.zeros_like(policy_init)
-        return policy_init
-
-    def initial_population(self, key: jax.Array, mean: jax.Array) -> jax.Array:
-        """A population-based algorithm's first population: ``mean + std_init * N(0, I)``."""
-        noise = jax.random.normal(key, (self.popsize, self.num_dims), mean.dtype)
-        return mean + self.spec.settings["std_init"] * noise
-
-    def init(self, key: jax.Array, mean: jax.Array) -> Any:
-        if not self.population_based:
-            return self.es.init(key, mean, self.params)
-        population = self.initial_population(key, mean)
-        # A placeholder of the right structure; the first tell re-initialises it for real.
-        unevaluated = jnp.full((self.popsize,), jnp.inf, jnp.float32)
-        placeholder = self.es.init(key, population, unevaluated, self.params)
-        return PopulationState(placeholder, mean, jnp.zeros((), bool))
-
-    def ask(self, key: jax.Array, state: Any) -> tuple[jax.Array, Any]:
-        """``(population (popsize, num_dims), state)``.
-
-        The draw may use a cheaper PRNG than the run's threefry keys: the key is turned into
-        one of ``noise_prng``'s kind, deterministically, so resume and seed-vmapping still agree.
-        """
-        key = self.noise_key(key)
-        if not self.population_based:
-            return self.es.ask(key, state, self.params)
-        population, inner = jax.lax.cond(
-            state.evaluated,
-            lambda: self.es.ask(key, state.algorithm, self.params),
-            lambda: (state.algorithm.population, state.algorithm),
-        )
-        return population, state.replace(algorithm=inner)
-
-    def noise_key(self, key: jax.Array) -> jax.Array:
-        """The ask key as one of ``noise_prng``'s kind (itself for threefry)."""
-        impl = self.spec.settings["noise_prng"]
-        if impl == "threefry":
-            return key
-        return jax.random.wrap_key_data(jax.random.bits(key, (4,), jnp.uint32), impl=impl)
-
-    def tell(self, key: jax.Array, population: jax.Array, fitness: jax.Array, state: Any) -> Any:
-        if not self.population_based:
-            state, _ = self.es.tell(key, population, fitness, state, self.params)
-            return state
-        inner = jax.lax.cond(
-            state.evaluated,
-            lambda: self.es.tell(key, population, fitness, state.algorithm, self.params)[0],
-            lambda: self.es.init(key, population, fitness, self.params),
-        )
-        best = self.es.get_best_solution(inner)
-        return PopulationState(inner, best, jnp.ones((), bool))
-
-    def mean(self, state: Any) -> jax.Array:
-        return state.mean
-
-    def leading_members(self, state: PopulationState, count: int) -> jax.Array:
-        """The ``count`` members of the last told population with the best fitness, best first."""
-        inner = state.algorithm
-        order = jnp.argsort(inner.fitness)[:count]  # evosax minimises
-        return inner.population[order]
-
-    def report(self, state: PopulationState, member: jax.Array) -> PopulationState:
-        """``state`` reporting ``member`` as its "mean"; the search itself never reads it."""
-        return state.replace(mean=jnp.where(state.evaluated, member, state.mean))
-
-
 def _param_value(default: Any, value: Any) -> Any:
     """``value`` in the type evosax's default params use for that field."""
     if hasattr(default, "dtype"):
@@ -463,8 +367,7 @@ def build_strategy(spec: StrategySpec, num_dims: int, popsize: int | None = None
     cls = evosax_class(spec.algorithm)
     # An algorithm of esjax's or a user's may refuse some of esjax's own settings (the
     # low-rank strategy: an L2 penalty, which reads members it never forms).
-    own_check = getattr(cls, "check_settings", None)
-    problem = own_check(s) if own_check is not None else None
+    problem = algorithm_form(spec.algorithm).check_settings(s)
     if problem:
         raise ConfigError(f"{spec.algorithm}: {problem}")
     kwargs = algorithms.constructor_kwargs(spec.algorithm, s)
@@ -598,10 +501,9 @@ def strategy_cost_hint(
     # A lazily decomposed CMA-ES pays the n^3 decomposition once every k generations.
     every = spec.settings.get("decomposition_every")
     every = resolve_decomposition_every(every, num_dims, popsize) if every is not None else 1
-    # An algorithm may say what it spends per member and parameter (the low-rank strategy only
+    # A form says what it spends per member and parameter (the low-rank strategy only
     # multiplies thin factors: no Gaussian per entry).
-    own = getattr(algorithms.REGISTRY[spec.algorithm], "flops_per_entry", None)
-    per_entry = own(spec.settings) if own is not None else 30.0
+    per_entry = algorithm_form(spec.algorithm).flops_per_entry(spec.settings)
     strategy = 4.0 * p * n * n + 10.0 * n**3 / every if full else per_entry * p * n
     # Below ~1e8 flops (milliseconds) the strategy's cost is not worth a warning.
     if strategy < 0.5 * rollout or strategy < 1e8:
@@ -617,76 +519,57 @@ def strategy_cost_hint(
     )
 
 
-# Lazy forms of algorithms esjax does not own (evosax's OpenES), tried in order after the
-# algorithm's own: the first whose ``applies`` accepts a run's strategy steps it
-# (:func:`population_path`). An algorithm of esjax's or a user's declares its lazy form itself,
-# as a ``lazy_form`` class attribute, so a new strategy is one module and its line in
-# :data:`esjax.strategies.algorithms.REGISTRY`.
-LAZY_STRATEGIES: tuple[LazyStrategy, ...] = (lazy_openes.LAZY_OPENES,)
+# Forms of algorithms esjax does not own (evosax's OpenES), tried after the algorithm's own:
+# the first whose ``applies`` accepts a run's strategy steps it. An algorithm of esjax's or a
+# user's declares its form itself, as its class attribute ``form``.
+ADOPTED_FORMS: tuple[StrategyForm, ...] = (lazy_openes.LAZY_OPENES,)
+# What a declared form must have (the members of :class:`StrategyForm`).
+FORM_MEMBERS = ("name", "applies", "check_settings", "flops_per_entry", "held_floats", "ask",
+                "tell")  # fmt: skip
 
 
-def lazy_form(strategy: Strategy) -> LazyStrategy | None:
-    """The lazy strategy that computes exactly what ``strategy`` would, or None: the
-    algorithm's own ``lazy_form``, else the first of :data:`LAZY_STRATEGIES` that applies."""
-    own = getattr(type(strategy.es), "lazy_form", None)
-    candidates = (own, *LAZY_STRATEGIES) if own is not None else LAZY_STRATEGIES
-    return next((lazy for lazy in candidates if lazy.applies(strategy)), None)
-
-
-def population_floats(strategy: Strategy, devices: int) -> int:
-    """Floats one device holds for a generation's population, for the memory preflight: a lazy
-    strategy's own count, else three ``popsize x num_dims`` arrays (the noise, the population
-    drawn whole on every device, and ``tell``'s weighted noise)."""
-    lazy = lazy_form(strategy)
-    if lazy is not None:
-        return lazy.held_floats(strategy.popsize, strategy.num_dims, devices)
-    return 3 * strategy.popsize * strategy.num_dims
-
-
-@dataclass(frozen=True)
-class PopulationPath:
-    """How a generation asks, hands members to the rollout, tells and reads one member's row.
-
-    The engine goes through this one object, so a strategy's population is either a
-    ``(popsize, num_dims)`` matrix (evosax's own ask and tell) or lazy members
-    (:class:`esjax.strategies.population.LazyMembers`, from the strategy's :func:`lazy_form`).
-    """
-
-    ask: Callable[[jax.Array, Any], tuple[Any, Any]]
-    params: Callable[[Any], Any]
-    tell: Callable[[jax.Array, Any, jax.Array, Any], Any]
-    row: Callable[[Any, jax.Array], jax.Array]
-
-
-def population_path(
-    strategy: Strategy, unravel: Callable, mesh: Mesh | None = None
-) -> PopulationPath:
-    """The lazy path where the strategy has a :func:`lazy_form`, else the materialised one.
-
-    With a ``mesh``, the materialised population is drawn whole on every device (pinned
-    replicated, so only returns cross devices); a lazy one is split as its ``ask`` chooses.
-    """
-    lazy = lazy_form(strategy)
-    if lazy is not None:
-        return PopulationPath(
-            ask=lambda key, state: (lazy.ask(strategy, key, state, unravel, mesh), state),
-            params=lambda population: population,
-            tell=lambda key, population, fitness, state: lazy.tell(
-                strategy, key, population, fitness, state
-            ),
-            row=lambda population, member: population.member_flat(member),
+def declared_form(algorithm: type) -> StrategyForm | None:
+    """The form ``algorithm`` declares as its class attribute ``form``, held to the protocol
+    in one line; None where it declares none."""
+    form = getattr(algorithm, "form", None)
+    if form is None:
+        return None
+    missing = [name for name in FORM_MEMBERS if not hasattr(form, name)]
+    if missing:
+        raise ConfigError(
+            f"{algorithm.__name__}.form has no {missing[0]!r} "
+            "(the protocol is esjax.strategies.population.StrategyForm)"
         )
+    return form
 
-    def replicated_ask(key, state):
-        population, state = strategy.ask(key, state)
-        if mesh is not None:
-            # Left free, XLA would shard the draw and all-gather it for ``tell``.
-            population = lax.with_sharding_constraint(population, NamedSharding(mesh, P()))
-        return population, state
 
-    return PopulationPath(
-        ask=replicated_ask,
-        params=jax.vmap(unravel),
-        tell=strategy.tell,
-        row=lambda population, member: population[member],
-    )
+def algorithm_form(name: str) -> StrategyForm:
+    """The form an algorithm of the registry declares, else evosax's own (materialised)."""
+    return declared_form(algorithms.REGISTRY[name]) or MATERIALISED
+
+
+def form_for(strategy: Strategy) -> StrategyForm:
+    """How the engine steps ``strategy``: its algorithm's own form where that applies, else the
+    first of :data:`ADOPTED_FORMS` that does, else :data:`MATERIALISED`."""
+    own = declared_form(type(strategy.es))
+    candidates = (*([own] if own is not None else []), *ADOPTED_FORMS)
+    return next((form for form in candidates if form.applies(strategy)), MATERIALISED)
+
+
+def population_floats(
+    strategy: Strategy, layout: MemberLayout, devices: int, chunk_for: Callable[[int], int]
+) -> int:
+    """Floats one device holds for a generation's population, for the memory preflight: its
+    form's own count, with the chunk of members the rollout steps at once (``chunk_for``: from
+    the bytes a member holds in a chunk to members per chunk). Shapes only: nothing is drawn."""
+    form = form_for(strategy)
+    found: list[int] = []
+
+    def held(key: jax.Array) -> None:
+        state = strategy.init(key, jnp.zeros((strategy.num_dims,), jnp.float32))
+        population, _ = form.ask(strategy, key, state, layout, None)
+        chunk = chunk_for(population.member_bytes())
+        found.append(form.held_floats(strategy, layout, devices, chunk))
+
+    jax.eval_shape(held, jax.random.key(0))
+    return found[0]

@@ -1,0 +1,106 @@
+"""Any network under low-rank ES: the same MLP written four ways, and a recurrent cell.
+
+The tanh MLP 256-256 is esjax's built-in ``mlp`` and a user's network in flax linen, flax NNX,
+equinox and plain ``(init, apply)`` functions (``tests/data/networks.py``). Each steps a whole
+jitted generation of esjax's engine (ask, rollout, tell) on Pendulum-v1 under ``lowrank_es``
+(rank 1) and under lazy ``open_es`` (members made whole inside their chunk), in one process;
+the table gives env steps/s, each network's ratio to the built-in MLP under ``lowrank_es``, and
+each network's low-rank rate over its own rate under ``open_es``.
+
+The recurrent cell (an Elman cell of 256 units, plain functions) steps under ``lowrank_es``
+twice: through :func:`esjax.policies.perturb.splitting`, and with each member's weights formed
+whole in its chunk (the same members, :func:`esjax.policies.perturb.materialise`), so the ratio
+is what the split products save on a network a user wrote.
+
+    python benchmarks/any_network.py                 # popsize 2048, 200-step episodes
+    python benchmarks/any_network.py --popsize 64 --steps 20 --repeats 1 --hidden 16  # smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+from timing import median_time
+
+from esjax.engine.generation import make_engine
+from esjax.policies import perturb
+from esjax.policies.networks import MLP, CodePolicy
+from esjax.rollout.population_rollout import PopulationRollout
+from esjax.strategies.population import PairedMembers
+from esjax.strategies.strategy import build_strategy, load_strategy
+
+ENV_ID = "Pendulum-v1"
+NETWORKS = Path(__file__).resolve().parents[1] / "tests" / "data" / "networks.py"
+FRAMEWORKS = ("linen", "nnx", "equinox", "plain")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--popsize", type=int, default=2048)
+    parser.add_argument("--hidden", type=int, default=256, help="width of each layer / cell")
+    parser.add_argument("--steps", type=int, default=200, help="steps per episode")
+    parser.add_argument("--repeats", type=int, default=3)
+    return parser.parse_args()
+
+
+def policy(name: str, hidden: int) -> MLP | CodePolicy:
+    if name == "built-in":
+        return MLP(hidden=(hidden, hidden))
+    factory = "plain_cell" if name == "cell" else f"{name}_mlp"
+    return CodePolicy(f"{NETWORKS}:{factory}", {"hidden": (hidden, hidden)})
+
+
+def rate(name: str, strategy: str, args: argparse.Namespace) -> float:
+    """Env steps/s of one jitted generation (median of ``--repeats`` after a warm-up)."""
+    rollout = PopulationRollout(ENV_ID, policy(name, args.hidden), args.steps,
+                                devices=jax.devices()[:1])  # fmt: skip
+    spec = load_strategy(strategy, {"popsize": args.popsize})
+    engine = make_engine(rollout, rollout, lambda n: build_strategy(spec, n), block=1)
+    state = engine.init(jnp.arange(1))
+    seconds, _ = median_time(engine.run_block, state, jnp.asarray(1, jnp.int32),
+                             repeats=args.repeats)  # fmt: skip
+    return args.popsize * args.steps / seconds
+
+
+@contextlib.contextmanager
+def members_formed_whole() -> Iterator[None]:
+    """Low-rank members with their weights formed in their chunk: the materialised path."""
+    split = PairedMembers.member
+    PairedMembers.member = lambda self, ident: perturb.materialise(split(self, ident))
+    try:
+        yield
+    finally:
+        PairedMembers.member = split
+
+
+def main() -> None:
+    args = parse_args()
+    device = jax.devices()[0]
+    print(f"jax {jax.__version__}, {device.device_kind} ({device.platform}); {ENV_ID}, "
+          f"popsize {args.popsize}, {args.steps}-step episodes, tanh MLP {args.hidden}-"
+          f"{args.hidden}, median of {args.repeats}")  # fmt: skip
+    print(
+        "| network | lowrank_es r1 env steps/s | / built-in | open_es (lazy) | low-rank / open_es |"
+    )
+    print("|---|---|---|---|---|")
+    builtin = None
+    for name in ("built-in", *FRAMEWORKS):
+        lowrank, openes = rate(name, "lowrank_es", args), rate(name, "open_es", args)
+        builtin = builtin or lowrank
+        print(f"| {name} | {lowrank / 1e6:.3f} M | {lowrank / builtin:.2f}x | "
+              f"{openes / 1e6:.3f} M | {lowrank / openes:.2f}x |", flush=True)  # fmt: skip
+    split = rate("cell", "lowrank_es", args)
+    with members_formed_whole():
+        whole = rate("cell", "lowrank_es", args)
+    print(f"\nElman cell of {args.hidden} units (plain functions) under lowrank_es r1: split "
+          f"{split / 1e6:.3f} M env steps/s, formed whole {whole / 1e6:.3f} M: "
+          f"{split / whole:.2f}x")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
