@@ -266,6 +266,10 @@ def test_list_shows_tasks_and_strategies(tmp_path):
         for name, description in presets.describe(kind):
             assert name in result.stdout
             assert description[:30] in result.stdout
+    lines = result.stdout.splitlines()
+    for name, strategies, _ in presets.task_rows():  # the strategies each task has settings for
+        row = next(line for line in lines if line.split() and line.split()[0] == name)
+        assert ", ".join(strategies) in row, row
     for _, extra, example, installed, _ in suite_rows():  # each suite, installed or what to install
         assert example in result.stdout
         assert ("yes" if installed else f'pip install "esjax[{extra}]"') in result.stdout
