@@ -102,6 +102,20 @@ def test_evolve_reports_progress_and_a_summary(run):
     assert "Solved: test return" in out  # solved_return=-5000 is always reached
 
 
+def test_another_strategy_says_in_one_line_which_task_settings_it_drops(tmp_path):
+    """pendulum's [strategy_settings] are open_es's: a run with low-rank ES (for which the task
+    has no settings) says so in one warning line, and runs (issue 67)."""
+    result = esjax("evolve", "pendulum", "--strategy", "lowrank_es", *SMALL, "--generations", "1",
+                   "--out", tmp_path / "run", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("warning: tasks/pendulum.toml: "), line
+    assert "lr_decay=0.985" in line and "lowrank_es" in line
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["strategy"]["name"] == "lowrank_es"
+    assert config["strategy"]["settings"]["lr_decay"] == 1.0  # strategies/lowrank_es.toml's
+
+
 def test_existing_run_directory_is_never_overwritten(run):
     run_dir, _, _ = run
     before = {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()}
@@ -266,6 +280,10 @@ def test_list_shows_tasks_and_strategies(tmp_path):
         for name, description in presets.describe(kind):
             assert name in result.stdout
             assert description[:30] in result.stdout
+    lines = result.stdout.splitlines()
+    for name, strategies, _ in presets.task_rows():  # the strategies each task has settings for
+        row = next(line for line in lines if line.split() and line.split()[0] == name)
+        assert ", ".join(strategies) in row, row
     for _, extra, example, installed, _ in suite_rows():  # each suite, installed or what to install
         assert example in result.stdout
         assert ("yes" if installed else f'pip install "esjax[{extra}]"') in result.stdout

@@ -64,6 +64,12 @@ def reference(tmp_path_factory):
 # ---------------------------------------------------------------------------- bad input (CLI)
 BAD_TOML = 'env = "Pendulum-v1"\nrollouts = = 2\n'
 UNKNOWN_ENV = 'env = "Pendulum-v9"\nepisode_length = 16\n'
+# Task files whose settings for another strategy (a [strategy_settings.NAME] table) are bad.
+BAD_TABLES = {
+    "table_unknown_strategy.toml": "[strategy_settings.lowrnk_es]\nrank = 2\n",
+    "table_unknown_key.toml": "[strategy_settings.lowrank_es]\nrnak = 2\n",
+    "table_wrong_type.toml": '[strategy_settings.lowrank_es]\nrank = "two"\n',
+}
 BAD_INPUT = {
     "unknown_task": (["evolve", "pendulm"], ["unknown task", "did you mean 'pendulum'"]),
     "unknown_strategy": (
@@ -161,7 +167,27 @@ BAD_INPUT = {
         ["evolve", "pendulum", "--set", "policy.hidden=[100000,100000]"],
         ["a generation needs about", "GiB", "available", "policy.hidden"],
     ),
-}
+    # Refused whichever strategy runs: another command would use the table.
+    "settings_for_an_unknown_strategy": (
+        ["evolve", "table_unknown_strategy.toml"],
+        ["table_unknown_strategy.toml: strategy_settings.lowrnk_es: ", "unknown strategy",
+         "did you mean 'lowrank_es'"],
+    ),
+    "unknown_key_in_a_strategys_settings": (
+        ["evolve", "table_unknown_key.toml", "--strategy", "lowrank_es"],
+        ["table_unknown_key.toml: strategy_settings.lowrank_es: ", "no setting 'rnak'",
+         "did you mean 'rank'"],
+    ),
+    "wrong_type_in_a_strategys_settings": (
+        ["sweep", "table_wrong_type.toml", "--vary", "generations=1,2"],
+        ["table_wrong_type.toml: strategy_settings.lowrank_es: ",
+         "rank must be a positive integer, got 'two'"],
+    ),
+    "settings_table_for_the_tasks_own_strategy": (
+        ["evolve", "pendulum", "--set", "strategy_settings.open_es.std_init=0.1"],
+        ["tasks/pendulum.toml: strategy_settings.open_es: ", "this task's own strategy"],
+    ),
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -173,6 +199,8 @@ def bad_input_results(tmp_path_factory):
         (cwd / "bad.toml").write_text(BAD_TOML)
         (cwd / "unknown_env.toml").write_text(UNKNOWN_ENV)
         (cwd / "latin1.toml").write_bytes('description = "café"\n'.encode("latin-1"))
+        for name, table in BAD_TABLES.items():
+            (cwd / name).write_text(f'env = "Pendulum-v1"\n{table}')
         (cwd / "plain").mkdir()
         (cwd / "plain" / "notes.txt").write_text("mine")
         if "--out" not in args:
@@ -205,6 +233,21 @@ def test_bad_input_is_one_line_nonzero_exit_and_writes_nothing(bad_input_results
     for part in BAD_INPUT[case][1]:
         assert part in lines[0], lines[0]
     assert sorted(str(p.relative_to(cwd)) for p in cwd.rglob("*")) == before
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "settings_for_an_unknown_strategy",
+        "unknown_key_in_a_strategys_settings",
+        "wrong_type_in_a_strategys_settings",
+        "settings_table_for_the_tasks_own_strategy",
+    ],
+)
+def test_bad_input_bad_settings_for_a_strategy_exit_2(bad_input_results, case):
+    """A config error, as every bad task file is (issue 67)."""
+    result, _, _ = bad_input_results[case]
+    assert result.returncode == 2, result.stderr
 
 
 # ---------------------------------------------------------------------------- faults

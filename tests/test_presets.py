@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import io
+import shutil
+import tomllib
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import pytest
+from rich.console import Console
 
+from esjax.cli.tables import show_catalogue
 from esjax.specs import presets
 from esjax.specs.config import ConfigError, apply_overrides, parse_task
 
@@ -54,6 +61,25 @@ def test_describe_gives_one_line_per_preset():
         rows = presets.describe(kind)
         assert [name for name, _ in rows] == presets.names(kind)
         assert all("\n" not in text for _, text in rows)
+
+
+def test_the_task_list_names_the_strategies_each_task_has_settings_for(tmp_path, monkeypatch):
+    """``esjax list``: a task's own strategy, then each [strategy_settings.NAME] as written."""
+    rows = {name: strategies for name, strategies, _ in presets.task_rows()}
+    assert list(rows) == presets.names("task")
+    for name, strategies in rows.items():  # no shipped preset has a table yet
+        raw = tomllib.loads((presets.preset_dir("task") / f"{name}.toml").read_text())
+        assert strategies == [raw.get("strategy", "open_es")], name
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    shutil.copy(Path(__file__).parent / "data" / "per-strategy.toml", folder / "mine.toml")
+    monkeypatch.setattr(presets, "preset_dir", lambda kind: folder)
+    ((name, strategies, text),) = presets.task_rows()
+    assert (name, strategies) == ("mine", ["open_es", "lowrank_es", "PGPE"])
+    out = io.StringIO()
+    show_catalogue(Console(file=out, width=200), presets.task_rows(), [])
+    row = next(line for line in out.getvalue().splitlines() if line.strip().startswith("mine"))
+    assert "open_es, lowrank_es, PGPE" in row and text in row
 
 
 def test_unknown_preset_lists_valid_names():

@@ -400,12 +400,14 @@ def structure(config: RunConfig, traced: Sequence[str]) -> str:
     """What a compiled program depends on: the config without the traced numbers' values.
 
     The strategy's settings and the task's ``strategy_settings`` (where an override of one
-    is also recorded) are both read without them, and the env sampler without its traced
-    bounds (``"m.low"`` is ``env_sampler.m.low``; the distribution kind stays).
+    is also recorded, in a ``[strategy_settings.NAME]`` table too) are both read without them,
+    and the env sampler without its traced bounds (``"m.low"`` is ``env_sampler.m.low``; the
+    distribution kind stays).
     """
 
     def without(settings: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in settings.items() if k not in traced}
+        return {k: without(v) if isinstance(v, dict) else v
+                for k, v in settings.items() if k not in traced}  # fmt: skip
 
     kept = config.to_json()
     del kept["overrides"], kept["esjax_version"]

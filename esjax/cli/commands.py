@@ -23,7 +23,7 @@ from esjax.run.runs import FITNESS_FIGURE, read_run_config
 from esjax.run.trackers import metrics_csv, tracking, write_metrics_csv
 from esjax.run.training import Interrupted, LostProcess, evolve
 from esjax.run.trust import grant as grant_trust
-from esjax.specs.presets import describe
+from esjax.specs.presets import describe, task_rows
 from esjax.strategies.strategy import catalogue
 
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
     "suite_rows",
     "sweep",
     "sweep_rows",
+    "task_rows",
     "tracking",
     "write_metrics_csv",
 ]

@@ -525,7 +525,7 @@ def report(
 def list_() -> None:
     """Task presets, strategies, and the env suites with whether each is installed."""
     lib = _library()
-    tables.show_catalogue(console, lib.describe("task"), lib.catalogue(), lib.suite_rows())
+    tables.show_catalogue(console, lib.task_rows(), lib.catalogue(), lib.suite_rows())
 
 
 def main() -> None:

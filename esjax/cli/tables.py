@@ -9,7 +9,7 @@ records themselves come from :mod:`esjax.analysis.evaluation`, :mod:`esjax.run.t
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -191,18 +191,25 @@ def show_sweep(
 
 def show_catalogue(
     console: Console,
-    tasks: Iterable[tuple[str, str]],
+    tasks: Iterable[tuple[str, Sequence[str], str]],
     strategies: Iterable[tuple[str, str, str]],
     suites: Iterable[tuple[str, str, str, bool, str]] = (),
 ) -> None:
-    """``esjax list``: task presets ``(name, description)``, strategies ``(name, kind, ...)``
-    and env suites ``(name, extra, example, installed?, description)``."""
+    """``esjax list``: task presets ``(name, strategies with settings, description)``
+    (:func:`esjax.specs.presets.task_rows`), strategies ``(name, kind, ...)`` and env suites
+    ``(name, extra, example, installed?, description)``."""
     table = Table(title="Tasks", title_justify="left", show_edge=False)
     table.add_column("name", style="cyan", no_wrap=True)
+    table.add_column("strategies", no_wrap=True)
     table.add_column("description")
-    for name, text in tasks:
-        table.add_row(name, text)
+    for name, names, text in tasks:
+        own, *others = names
+        table.add_row(name, Text(own, style="bold").append("".join(f", {n}" for n in others)), text)
     console.print(table)
+    console.print(
+        "strategies: the one a task runs (bold), then each other it carries settings for "
+        "([strategy_settings.NAME]), used when --strategy names it."
+    )
     console.print()
     table = Table(title="Strategies", title_justify="left", show_edge=False)
     table.add_column("name", style="cyan", no_wrap=True)

@@ -1,9 +1,9 @@
 """The command line's terminal: its two consoles, one-line errors and exit codes.
 
-A config problem is one red line on stderr and exit code 2 (no traceback); Ctrl-C is exit code
-130; a usage error (an unknown option, a value of the wrong kind) is one line naming the
-command, not typer's boxed panel; a multi-process run that lost a process exits with code 3
-at once. Nothing here imports JAX.
+A config problem is one red line on stderr and exit code 2 (no traceback); a warning of
+esjax's is one yellow line; Ctrl-C is exit code 130; a usage error (an unknown option, a value
+of the wrong kind) is one line naming the command, not typer's boxed panel; a multi-process run
+that lost a process exits with code 3 at once. Nothing here imports JAX.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import contextlib
 import functools
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -33,6 +34,29 @@ err = Console(stderr=True, highlight=False)
 def print_error(message: str) -> None:
     """One red line on stderr, never wrapped."""
     err.print(Text(f"error: {message}", style="bold red"), soft_wrap=True)
+
+
+# The esjax package: a warning raised from a file inside it is esjax's own.
+_PACKAGE = Path(__file__).resolve().parents[1]
+_show_warning = warnings.showwarning  # Python's, for every other library's warnings
+
+
+def show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """A warning esjax raises as one yellow line on stderr (``warning: ...``), as a config
+    error is one red line; Python's own form would add the file, the line number and the
+    source line that raised it, which say nothing to a user. Other libraries' warnings are
+    shown as Python shows them."""
+    if not Path(filename).resolve().is_relative_to(_PACKAGE):
+        _show_warning(message, category, filename, lineno, file, line)
+        return
+    err.print(Text(f"warning: {message}", style="yellow"), soft_wrap=True)
 
 
 def print_stopped(message: str) -> None:
@@ -121,7 +145,9 @@ def check_run_dir(path: Path) -> Path:
 
 
 def run_app(app: typer.Typer, prog_name: str) -> None:
-    """Run ``app`` as a console script and exit with its code; a usage error is one line."""
+    """Run ``app`` as a console script and exit with its code; a usage error is one line, and
+    so is each warning of esjax's (:func:`show_warning`)."""
+    warnings.showwarning = show_warning
     try:
         code = app(prog_name=prog_name, standalone_mode=False)
     except typer.TyperException as error:  # a usage error: one line, not typer's boxed panel

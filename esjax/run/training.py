@@ -33,7 +33,6 @@ from esjax.specs.config import (
     RunConfig,
     StrategySpec,
     TaskConfig,
-    apply_overrides,
     check_finite,
     parse_override,
 )
@@ -51,14 +50,6 @@ MAX_BLOCK = 50
 
 
 # ---------------------------------------------------------------------------- resolving a run
-def _load_task(
-    task: str | Path | TaskConfig, overrides: Sequence[str]
-) -> tuple[str, TaskConfig, dict]:
-    """``(name, parsed task, raw table before overrides)``."""
-    name, parsed, raw, _ = load_task(task, overrides)
-    return name, parsed, raw
-
-
 MAX_SEED = 2**31 - 1
 
 
@@ -75,19 +66,18 @@ def resolve_config(
 ) -> RunConfig:
     """The resolved config of a new run (what ``config.json`` holds), before anything is written."""
     overrides = list(overrides)
-    name, task_config, raw = _load_task(task, overrides)
+    name, task_config, raw, source = load_task(task, overrides)
     check_task(task_config, name)
     if strategy is not None and not str(strategy).strip():
         raise ConfigError("strategy: empty; a name from `esjax list`, or leave it out")
-    strategy_name = strategy or task_config.strategy
-    # A task's strategy_settings are tuned for its own strategy; with another strategy only the
-    # settings given explicitly as overrides apply.
-    own = strategy_name.lower() == str(raw.get("strategy", "open_es")).lower()
-    explicit = apply_overrides({}, [o for o in overrides if o.startswith("strategy_settings.")])
-    settings = dict(task_config.strategy_settings) if own else {}
-    settings.update(explicit.get("strategy_settings", {}))
     strategies = backend_modules().strategies
-    spec = strategies.load_strategy(strategy_name, settings, overrides_source=name)
+    # The task's settings are for the strategy its file names (a --set strategy=... included
+    # in the task does not change whom they were written for).
+    own = str(raw.get("strategy", TaskConfig.strategy))
+    chosen = strategies.task_strategy(
+        task_config, source, strategy=strategy, own=own, overrides=overrides
+    )
+    spec = chosen.spec
     check_finite(spec.settings, f"strategy {spec.name}: settings")
     for label, value in (
         ("generations", generations),
@@ -107,9 +97,11 @@ def resolve_config(
     if seed + seeds - 1 > MAX_SEED:  # seeds are int32 in the run state and its keys
         raise ConfigError(f"seeds {seed}..{seed + seeds - 1} go beyond the largest, {MAX_SEED}")
     spec, run_generations, scaling = apply_popsize_rule(
-        task_config, spec, popsize, generations, overrides
+        task_config, spec, popsize, generations, chosen.explicit
     )
     num_dims = member_size(task_config, name)
+    if chosen.note:  # resolved: a command refused above says only why
+        warnings.warn(chosen.note, stacklevel=2)
     return RunConfig(
         task_name=name,
         task=task_config,

@@ -507,9 +507,33 @@ class ScalingConfig:
         )
 
 
+def split_strategy_settings(table: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(default settings, per-strategy tables)`` of a task's ``[strategy_settings]``.
+
+    Its plain keys are the settings of the task's own ``strategy``; each sub-table
+    (``[strategy_settings.lowrank_es]``) holds the settings of the strategy it is named after.
+    No strategy setting takes a table, so a value that is one can only be such a sub-table.
+    The two are told apart here alone, so the task file, ``config.json`` and ``esjax list``
+    read them the same way.
+    """
+    tables = {name: value for name, value in table.items() if isinstance(value, Mapping)}
+    plain = {name: value for name, value in table.items() if name not in tables}
+    return plain, tables
+
+
 @dataclass(frozen=True)
 class TaskConfig:
-    """One task preset (``tasks/NAME.toml``)."""
+    """One task preset (``tasks/NAME.toml``).
+
+    ``strategy`` is the strategy a run uses unless ``--strategy`` names another, and the plain
+    keys of ``[strategy_settings]`` are that strategy's settings (tuned for it).
+    ``[strategy_settings.NAME]`` sub-tables hold the settings for another strategy NAME (a
+    preset name such as ``lowrank_es``, or an evosax algorithm, spelled as ``--strategy``
+    takes it), used when a run names it. ``strategy_settings`` holds both as the file does,
+    so ``config.json`` stores the task as it was given; :attr:`default_settings` and
+    :attr:`settings_tables` read them apart, and
+    :func:`esjax.strategies.strategy.task_strategy` decides which a run takes.
+    """
 
     env: str
     description: str = ""
@@ -549,6 +573,16 @@ class TaskConfig:
     # cache; an env whose own state dwarfs the weights (a MuJoCo model) can run faster in
     # smaller chunks. An accelerator ignores it and steps the whole population at once.
     chunk_size: int | None = None
+
+    @property
+    def default_settings(self) -> dict[str, Any]:
+        """The plain keys of ``[strategy_settings]``: the settings of the task's ``strategy``."""
+        return split_strategy_settings(self.strategy_settings)[0]
+
+    @property
+    def settings_tables(self) -> dict[str, Any]:
+        """``{strategy name as written: its settings}``: the ``[strategy_settings.NAME]`` tables."""
+        return split_strategy_settings(self.strategy_settings)[1]
 
     def validate(self, where: str) -> None:
         if self.chunk_size is not None:

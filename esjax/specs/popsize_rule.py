@@ -112,16 +112,16 @@ def scale_for_popsize(
 
 
 def apply_popsize_rule(task: Any, spec: Any, popsize: int | None, generations: int | None,
-                       overrides: Collection[str]) -> tuple[Any, int, dict[str, Any]]:  # fmt: skip
+                       explicit: Collection[str]) -> tuple[Any, int, dict[str, Any]]:  # fmt: skip
     """``(spec, generations, record)`` of a new run: the rule applied to a parsed task and spec.
 
-    ``popsize`` and ``generations`` are the command's (``None``: not given); ``overrides`` are
-    its ``--set`` strings, whose ``strategy_settings.NAME`` entries count as explicit.
+    ``popsize`` and ``generations`` are the command's (``None``: not given); ``explicit`` names
+    the strategy settings its ``--set`` gave (``strategy_settings.NAME``, or
+    ``strategy_settings.STRATEGY.NAME`` for the strategy that runs), which are kept as given.
     """
     preset_popsize = task.popsize if task.popsize is not None else spec.settings.get("popsize")
     reference = task.scaling.reference_popsize or preset_popsize
-    explicit = {o.split("=", 1)[0].split(".", 1)[1].strip() for o in overrides
-                if o.startswith("strategy_settings.")}  # fmt: skip
+    explicit = set(explicit)
     if generations is not None:
         explicit.add("generations")
     scaling = {

@@ -10,7 +10,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from esjax.specs.config import ConfigError, TaskConfig, load_toml, parse_task, suggest, to_dict
+from esjax.specs.config import (
+    ConfigError,
+    TaskConfig,
+    load_toml,
+    parse_task,
+    split_strategy_settings,
+    suggest,
+    to_dict,
+)
 
 FOLDERS = {"task": "tasks", "strategy": "strategies"}
 # What every command and function that starts a run or sweep says when it has no task.
@@ -111,4 +119,20 @@ def describe(kind: str) -> list[tuple[str, str]]:
         _, raw, _ = locate(kind, name)
         lines = str(raw.get("description", "")).strip().splitlines()
         rows.append((name, lines[0] if lines else ""))
+    return rows
+
+
+def task_rows() -> list[tuple[str, list[str], str]]:
+    """``(name, strategies, one-line description)`` for every task preset, for ``esjax list``.
+
+    ``strategies`` are those the task carries settings for: its own ``strategy`` first (its
+    ``[strategy_settings]``), then each ``[strategy_settings.NAME]`` as written. Read from the
+    files alone, so listing loads no strategy.
+    """
+    rows = []
+    for name, text in describe("task"):
+        raw = locate("task", name)[1]
+        table = raw.get("strategy_settings", {})
+        others = list(split_strategy_settings(table)[1]) if isinstance(table, dict) else []
+        rows.append((name, [str(raw.get("strategy", TaskConfig.strategy)), *others], text))
     return rows

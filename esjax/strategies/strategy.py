@@ -1,10 +1,11 @@
 """Strategies: a strategy becomes one evosax object, its params and its optax optimizer.
 
 A strategy is a tuned preset (``strategies/NAME.toml``: an evosax class name, ``algorithm``, and its
-``[settings]``) or any evosax algorithm by name with esjax's defaults. A task's
-``strategy_settings`` and ``--set`` overrides are merged on top. Which settings an algorithm takes
-is read from evosax itself (:mod:`esjax.strategies.algorithms`); every setting is checked against
-that list, so a typo is an error that lists the valid names. No ES maths lives here: the search
+``[settings]``) or any evosax algorithm by name with esjax's defaults. A task's settings for the
+strategy that runs and ``--set`` overrides are merged on top (:func:`task_strategy` decides
+which, in one place). Which settings an algorithm takes is read from evosax itself
+(:mod:`esjax.strategies.algorithms`); every setting is checked against that list, so a typo is
+an error that lists the valid names. No ES maths lives here: the search
 itself is evosax's; this module only decides which optimizer, standard-deviation schedule, sampling
 and fitness shaping it is built with.
 
@@ -15,10 +16,11 @@ population is a ``(popsize, num_dims)`` array; the engine unravels it for the ro
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +34,8 @@ from esjax.specs.config import (
     ConfigError,
     LoopSettings,
     StrategySpec,
+    TaskConfig,
+    parse_override,
     suggest,
     to_dict,
 )
@@ -48,8 +52,10 @@ __all__ = [
     "Setting",
     "Strategy",
     "StrategySpec",
+    "TaskStrategy",
     "build_strategy",
     "load_strategy",
+    "task_strategy",
 ]
 
 
@@ -134,14 +140,21 @@ def resolve_settings(
     return resolve_layers(algorithm, layers, stored=stored)[0]
 
 
+# Settings layered on a strategy preset, lowest first: ``(settings, where they came from)``.
+Layers = Sequence[tuple[Mapping[str, Any], str]]
+
+
 def parse_strategy(
     name: str,
     raw: Mapping[str, Any],
     source: str,
     overrides: Mapping[str, Any] | None = None,
     overrides_source: str = "strategy_settings",
+    *,
+    layers: Layers = (),
 ) -> StrategySpec:
-    """A :class:`StrategySpec` from a preset's TOML table plus a task's ``strategy_settings``."""
+    """A :class:`StrategySpec` from a preset's TOML table plus a task's ``strategy_settings``
+    (``overrides``), then each of ``layers`` on top."""
     valid_keys = ("description", "algorithm", "settings")
     for key in raw:
         if key not in valid_keys:
@@ -163,20 +176,22 @@ def parse_strategy(
     settings_raw = raw.get("settings", {})
     if not isinstance(settings_raw, Mapping):
         raise ConfigError(f"{source}: settings must be a table")
-    settings, loop = resolve_layers(
-        algorithm, [(settings_raw, source), (overrides or {}, overrides_source)]
-    )
-    _check_clipup(settings, overrides_source)
+    every = [(settings_raw, source), (overrides or {}, overrides_source), *layers]
+    settings, loop = resolve_layers(algorithm, every)
+    _check_clipup(settings, every)
     return StrategySpec(name, algorithm, settings, str(raw.get("description", "")), loop)
 
 
-def _check_clipup(settings: Mapping[str, Any], where: str) -> None:
+def _check_clipup(settings: Mapping[str, Any], layers: Layers) -> None:
     """A new run's clipup takes no learning-rate schedule: evosax builds ClipUp around a
     constant step (its velocity cap is max_velocity / lr), so one would be ignored. Runs made
-    before this check keep resuming with theirs, as ignored as it always was."""
+    before this check keep resuming with theirs, as ignored as it always was. The refusal
+    names the last layer that set one of the three."""
     if settings.get("optimizer") == "clipup" and (
         settings.get("lr_decay", 1.0) != 1.0 or settings.get("lr_min", 0.0) != 0.0
     ):
+        named = [where for layer, where in layers if {"optimizer", "lr_decay", "lr_min"} & {*layer}]
+        where = named[-1] if named else layers[-1][1]
         raise ConfigError(
             f"{where}: lr_decay and lr_min do not apply to clipup, whose learning rate is "
             "constant; use optimizer = 'sgd' or 'adam' for a decaying step"
@@ -184,35 +199,163 @@ def _check_clipup(settings: Mapping[str, Any], where: str) -> None:
 
 
 def load_strategy(
-    name_or_path: str, overrides: Mapping[str, Any] | None = None, overrides_source: str = "task"
+    name_or_path: str,
+    overrides: Mapping[str, Any] | None = None,
+    overrides_source: str = "task",
+    *,
+    layers: Layers = (),
 ) -> StrategySpec:
-    """A strategy by preset name (``open_es``), path or evosax name, with ``overrides`` on top.
+    """A strategy by preset name (``open_es``), path or evosax name, with ``overrides`` on top,
+    then each of ``layers``.
 
     Names are matched case-insensitively; a tuned preset wins over the evosax algorithm of the
     same name (``open_es`` is the preset, ``xnes`` is evosax's xNES with esjax's defaults).
     """
     where = f"{overrides_source}: strategy_settings"
+    key = strategy_key(name_or_path)
+    if key is not None and key not in presets.names("strategy"):  # an evosax algorithm
+        algorithms.check_runnable(key)
+        raw = {"algorithm": key, "description": algorithms.description(key)}
+        return parse_strategy(key, raw, f"evosax {key}", overrides, where, layers=layers)
+    if key is None and not name_or_path.endswith(".toml") and not Path(name_or_path).is_file():
+        raise ConfigError(unknown_strategy(name_or_path))
+    name, raw, source = presets.locate("strategy", key or name_or_path)
+    return parse_strategy(name, raw, source, overrides, where, layers=layers)
+
+
+def strategy_key(name: str) -> str | None:
+    """The name a strategy is known by, as ``--strategy`` reads ``name``: the tuned preset's
+    (case-insensitively; a preset wins over the evosax algorithm it tunes), else the evosax
+    algorithm's as the registry spells it; ``None`` for anything else (a path, a typo)."""
+    lowered = {preset.lower(): preset for preset in presets.names("strategy")}
+    if name.lower() in lowered:
+        return lowered[name.lower()]
+    return None if name.endswith(".toml") else algorithms.canonical_name(name)
+
+
+def unknown_strategy(name: str) -> str:
+    """The message for a strategy name that is neither a preset nor an evosax algorithm."""
     preset_names = presets.names("strategy")
-    lowered = {n.lower(): n for n in preset_names}
-    if name_or_path.lower() in lowered:
-        name_or_path = lowered[name_or_path.lower()]
-    elif not name_or_path.endswith(".toml") and algorithms.canonical_name(name_or_path):
-        algorithm = algorithms.canonical_name(name_or_path)
-        algorithms.check_runnable(algorithm)
-        raw = {"algorithm": algorithm, "description": algorithms.description(algorithm)}
-        return parse_strategy(algorithm, raw, f"evosax {algorithm}", overrides, where)
-    elif not name_or_path.endswith(".toml") and not Path(name_or_path).is_file():
-        valid = {n.lower(): n for n in [*algorithms.REGISTRY, *preset_names]}  # presets win
-        hint = suggest(name_or_path.lower(), list(valid))
-        if hint:  # names match case-insensitively, so suggest the way they are spelled
-            hint = f" (did you mean {valid[hint.split(chr(39))[1]]!r}?)"
-        raise ConfigError(
-            f"unknown strategy {name_or_path!r}{hint}; "
-            f"valid strategy names: {', '.join(preset_names)} (tuned presets), "
-            f"or any evosax algorithm: {', '.join(algorithms.REGISTRY)}"
+    valid = {n.lower(): n for n in [*algorithms.REGISTRY, *preset_names]}  # presets win
+    hint = suggest(name.lower(), list(valid))
+    if hint:  # names match case-insensitively, so suggest the way they are spelled
+        hint = f" (did you mean {valid[hint.split(chr(39))[1]]!r}?)"
+    return (
+        f"unknown strategy {name!r}{hint}; "
+        f"valid strategy names: {', '.join(preset_names)} (tuned presets), "
+        f"or any evosax algorithm: {', '.join(algorithms.REGISTRY)}"
+    )
+
+
+class TaskStrategy(NamedTuple):
+    """The strategy a run of a task uses, with what the run took from the task and the command."""
+
+    spec: StrategySpec  # the strategy preset with the task's settings for it and --set on top
+    explicit: frozenset[str]  # settings the command set for it: the popsize rule keeps them
+    dropped: dict[str, Any]  # the task's default settings this strategy runs without
+    note: str | None  # one line naming ``dropped``, for a warning; None when none are
+
+
+def task_strategy(
+    task: TaskConfig,
+    source: str,
+    *,
+    strategy: str | None = None,
+    own: str | None = None,
+    overrides: Sequence[str] = (),
+) -> TaskStrategy:
+    """The one place a run's strategy settings are decided (``esjax evolve``, ``evolve()`` and
+    every configuration of a sweep come through here).
+
+    ``strategy`` is the one asked for (``--strategy``; default: the task's), ``own`` the one
+    the task file names (default ``task.strategy``; ``--set strategy=...`` changes the task
+    but not whom its settings were written for), ``overrides`` the ``--set`` strings the task
+    was loaded with and ``source`` the file, for messages. Each setting is taken from the
+    first of these that gives it:
+
+    1. ``--set strategy_settings.KEY=VALUE``: the command line, for whichever strategy runs;
+    2. the task's settings for the strategy that runs: the plain keys of
+       ``[strategy_settings]`` if it is the task's own strategy, else its
+       ``[strategy_settings.NAME]`` table (which ``--set strategy_settings.NAME.KEY=VALUE``
+       edits), else none, and the plain keys are dropped (``note`` names them);
+    3. the strategy preset's ``[settings]`` (``strategies/NAME.toml``);
+    4. the algorithm's defaults (esjax's, then evosax's).
+
+    Every ``[strategy_settings.NAME]`` table is checked, used or not: NAME must be a strategy
+    ``--strategy`` accepts (not the task's own) and its settings ones that strategy takes,
+    with values of their kinds; a refusal is one line naming the file and the table.
+    """
+    own = task.strategy if own is None else own
+    name = strategy or task.strategy
+    key, own_key = strategy_key(name) or name, strategy_key(own) or own
+    tables = _checked_tables(task, source, own_key)
+    flat, explicit = _explicit_settings(overrides, key)
+    dropped: dict[str, Any] = {}
+    if key == own_key:
+        task_layer, where = task.default_settings, f"{source}: strategy_settings"
+    elif key in tables:
+        written, task_layer = tables[key]
+        where = f"{source}: strategy_settings.{written}"
+    else:  # the task has no settings for this strategy; those it has are another's
+        task_layer, where = {}, f"{source}: strategy_settings"
+        dropped = {k: v for k, v in task.default_settings.items() if k not in flat}
+    task_layer = {k: v for k, v in task_layer.items() if k not in flat}  # --set names its own
+    spec = load_strategy(name, layers=[(task_layer, where), (flat, "--set strategy_settings")])
+    note = None
+    if dropped:  # spelled as --set takes them, so a user can keep one
+        given = ", ".join(f"{k}={json.dumps(v)}" for k, v in dropped.items())
+        note = (
+            f"{source}: its [strategy_settings] are tuned for {own} and it has no "
+            f"[strategy_settings.{spec.name}], so {spec.name} runs without {given} "
+            "(--set strategy_settings.KEY=VALUE keeps one)"
         )
-    name, raw, source = presets.locate("strategy", name_or_path)
-    return parse_strategy(name, raw, source, overrides, where)
+    return TaskStrategy(spec, frozenset(explicit), dropped, note)
+
+
+def _checked_tables(
+    task: TaskConfig, source: str, own_key: str
+) -> dict[str, tuple[str, Mapping[str, Any]]]:
+    """``{strategy key: (name as written, settings)}`` of the task's per-strategy tables, each
+    checked as the strategy it names would read it."""
+    found: dict[str, tuple[str, Mapping[str, Any]]] = {}
+    for written, table in task.settings_tables.items():
+        where = f"{source}: strategy_settings.{written}"
+        key = strategy_key(written)
+        if key is None:
+            raise ConfigError(f"{where}: a table of settings for an {unknown_strategy(written)}")
+        if key == own_key:
+            raise ConfigError(
+                f"{where}: {written} is this task's own strategy; its settings are the plain "
+                "keys of [strategy_settings]"
+            )
+        if key in found:
+            raise ConfigError(f"{where}: a second table for {key} (strategy_settings."
+                              f"{found[key][0]} is one)")  # fmt: skip
+        try:
+            load_strategy(key, layers=[(table, where)])
+        except ConfigError as error:
+            message = str(error)
+            raise ConfigError(message if where in message else f"{where}: {message}") from None
+        found[key] = (written, table)
+    return found
+
+
+def _explicit_settings(overrides: Sequence[str], key: str) -> tuple[dict[str, Any], set[str]]:
+    """``(settings, names)``: the plain ``--set strategy_settings.KEY=VALUE`` settings, and the
+    names of every setting the command set for strategy ``key`` (those and the ones it set in
+    that strategy's table)."""
+    flat: dict[str, Any] = {}
+    names: set[str] = set()
+    for text in overrides:
+        path, value = parse_override(text)
+        if path[0] != "strategy_settings" or len(path) < 2:
+            continue
+        if len(path) == 2 and not isinstance(value, Mapping):
+            flat[path[1]] = value
+            names.add(path[1])
+        elif strategy_key(path[1]) == key:
+            names.update([path[2]] if len(path) > 2 else value)
+    return flat, names
 
 
 def catalogue() -> list[tuple[str, str, str]]:
