@@ -43,11 +43,17 @@ def cli_env() -> dict[str, str]:
     return env
 
 
-def esjax(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+def esjax(
+    *args: str, cwd: Path, timeout: float = 300, extra_path: str | None = None
+) -> subprocess.CompletedProcess:
+    """The console script in ``cwd``; ``extra_path`` goes first on its ``PYTHONPATH``."""
+    env = cli_env()
+    if extra_path is not None:
+        env["PYTHONPATH"] = os.pathsep.join([extra_path, env["PYTHONPATH"]])
     return subprocess.run(
         [*esjax_command(), *map(str, args)],
         cwd=cwd,
-        env=cli_env(),
+        env=env,
         capture_output=True,
         text=True,
         timeout=timeout,

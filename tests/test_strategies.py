@@ -516,6 +516,7 @@ def test_catalogue_marks_presets_and_lists_every_algorithm():
     assert set(algorithms.REGISTRY) <= set(kinds)
     assert {kinds[name] for name in PRESETS} == {"tuned preset"}
     assert kinds["GuidedES"] == "cannot run" and kinds["xNES"] == "evosax"
+    assert kinds["LowRank_ES"] == kinds["CMA_ES"] == "esjax"  # esjax's own, or its subclass
     runnable = [n for n in algorithms.REGISTRY if kinds[n] == "evosax"]
     assert len(runnable) >= 30
     text = {name: text for name, _, text in rows}

@@ -56,6 +56,15 @@ def test_its_settings_are_discovered_and_its_form_is_found(toy):
         keyed(l2_penalty=0.1)
 
 
+def test_esjax_list_says_where_each_strategy_comes_from(toy):
+    """evosax's, esjax's own, or the user's module's: not every registered one is evosax's."""
+    code, output = cli("list")
+    assert code == 0, output
+    rows = {line.split()[0]: line for line in output.splitlines() if line.strip()}
+    assert "toy_strategy" in rows["KeyedES"]
+    assert " esjax " in rows["LowRank_ES"] and " evosax " in rows["xNES"]
+
+
 def test_a_form_missing_a_hook_is_one_line(toy, monkeypatch):
     class Incomplete:
         name = "incomplete"

@@ -215,9 +215,9 @@ def show_catalogue(
     table.add_column("name", style="cyan", no_wrap=True)
     table.add_column("kind", no_wrap=True)
     table.add_column("description")
-    styles = {"tuned preset": "bold green", "evosax": "", "cannot run": "dim"}
+    styles = {"tuned preset": "bold green", "cannot run": "dim", "esjax": "green"}
     for name, kind, text in strategies:
-        table.add_row(name, Text(kind, style=styles[kind]), text)
+        table.add_row(name, Text(kind, style=styles.get(kind, "")), text)
     console.print(table)
     console.print()
     console.print(

@@ -15,6 +15,7 @@ an episode step through the same functions here, so a policy is shown and tested
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,10 +97,10 @@ class EpisodeStep:
         x = self.policy.policy_input(features, state.prev_action, state.prev_reward,
                                      state.prev_done)  # fmt: skip
         action, carry = self.policy.apply(params, x, state.carry, key)
-        return action, state.replace(carry=carry, frames=frames)
+        return action, dataclasses.replace(state, carry=carry, frames=frames)
 
     def observe(
         self, state: PolicyState, action: jax.Array, reward: jax.Array, done: jax.Array
     ) -> PolicyState:
         """Record what the last action earned, for the meta-RL inputs of the next step."""
-        return state.replace(prev_action=action, prev_reward=reward, prev_done=done)
+        return dataclasses.replace(state, prev_action=action, prev_reward=reward, prev_done=done)

@@ -38,7 +38,7 @@ from esjax.strategies.lowrank_es import LowRank_ES
 # evosax's classes by name, except that full CMA-ES is evosax's own subclassed to decompose its
 # covariance lazily (esjax.strategies.cma); with decomposition_every = 1 it is evosax's CMA_ES
 # exactly.
-REGISTRY: dict[str, type] = {**ea.algorithms, "CMA_ES": LazyCMA_ES, "LowRank_ES": LowRank_ES}
+REGISTRY: dict[str, type[Any]] = {**ea.algorithms, "CMA_ES": LazyCMA_ES, "LowRank_ES": LowRank_ES}
 
 OPTIMIZERS = ("sgd", "adam", "clipup")
 NOISE_PRNGS = ("threefry", "rbg", "unsafe_rbg")
@@ -134,6 +134,15 @@ def check_runnable(name: str) -> None:
     reason = refusal(name)
     if reason:
         raise ConfigError(f"evosax's {name} cannot run in esjax: {reason}")
+
+
+def origin(name: str) -> str:
+    """Where a registered algorithm comes from: ``"evosax"``, ``"esjax"`` (esjax's own, or
+    its subclass of evosax's, such as the lazily decomposed CMA-ES), or the module of the
+    user's that defines it."""
+    module = REGISTRY[name].__module__
+    top = module.split(".")[0]
+    return top if top in ("evosax", "esjax") else module
 
 
 def description(name: str) -> str:
@@ -423,6 +432,7 @@ def constructor_kwargs(algorithm: str, settings: dict[str, Any]) -> dict[str, An
 
 def default_shaping(algorithm: str) -> Any:
     """The fitness-shaping function evosax's constructor uses when given none."""
+    klass: type[Any]
     for klass in REGISTRY[algorithm].__mro__:  # a subclass may pass it on through **kwargs
         arg = inspect.signature(klass.__init__).parameters.get("fitness_shaping_fn")
         if arg is not None and arg.default is not inspect.Parameter.empty:

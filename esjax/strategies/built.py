@@ -7,6 +7,7 @@ module of its own so that those forms can name its type without importing the bu
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,4 +115,4 @@ class Strategy:
 
     def report(self, state: PopulationState, member: jax.Array) -> PopulationState:
         """``state`` reporting ``member`` as its "mean"; the search itself never reads it."""
-        return state.replace(mean=jnp.where(state.evaluated, member, state.mean))
+        return dataclasses.replace(state, mean=jnp.where(state.evaluated, member, state.mean))

@@ -22,6 +22,7 @@ materialised path. :data:`LAZY_OPENES` is this module's
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -149,7 +150,7 @@ class LazyPopulation:
         return self.pair, self.negative
 
     def take(self, rows: jax.Array) -> LazyPopulation:
-        return self.replace(pair=self.pair[rows], negative=self.negative[rows])
+        return dataclasses.replace(self, pair=self.pair[rows], negative=self.negative[rows])
 
     def specs(self) -> LazyPopulation:
         """``shard_map`` specs: the noise split by rows over the mesh, the rest replicated."""
@@ -161,7 +162,8 @@ class LazyPopulation:
         layout = self.layout
         pair, negative = layout.device_members(device)
         member = jnp.minimum(jnp.where(negative, pair + layout.half, pair), self.popsize - 1)
-        share = self.replace(pair=pair, negative=negative, first=device * layout.per_device)
+        first = device * layout.per_device
+        share = dataclasses.replace(self, pair=pair, negative=negative, first=first)
         return share, member, pair < layout.half
 
     def in_member_order(self, x: jax.Array) -> jax.Array:
@@ -278,7 +280,7 @@ def weighted_noise(population: LazyPopulation, pair_weights: jax.Array) -> jax.A
 
         return lax.fori_loop(1, layout.block, add, weights[:, 0, None] * noise[:, 0])
 
-    if population.sharded:
+    if population.mesh is not None:  # sharded: the noise is split over the mesh
         # Replicated going in, so the partitioner does not split the ranking that made them.
         weights = lax.with_sharding_constraint(weights, NamedSharding(population.mesh, P()))
 

@@ -128,7 +128,7 @@ class Layout:
 
         The same numbers whoever draws them, alone or in a batch, on any device."""
         pair_key = jax.random.fold_in(key, pair)
-        drawn = []
+        drawn: list[Any] = []
         for index, (shape, split) in enumerate(zip(self.shapes, self.splits, strict=True)):
             leaf_key = jax.random.fold_in(pair_key, index)
             if split is not None:
@@ -144,9 +144,9 @@ class Layout:
     ) -> list[Any]:
         """A member's leaves: :class:`LowRank` matrices over the shared ``leaves``, vectors
         perturbed in full."""
-        made = []
+        made: list[Any] = []
         for leaf, drawn, split in zip(leaves, noise, self.splits, strict=True):
-            if isinstance(drawn, tuple):
+            if split is not None:
                 scale = sign * std / math.sqrt(self.rank)
                 made.append(LowRank(base=leaf, a=drawn[0], b=drawn[1], scale=scale, split=split))
             else:

@@ -22,6 +22,7 @@ import time (optax only), so the rollout can import it before JAX's devices are 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable, Mapping
@@ -130,7 +131,7 @@ class Stacked:
         return self.unravel(ident) if self.unravel is not None else ident
 
     def take(self, rows: jax.Array) -> Stacked:
-        return self.replace(rows=jax.tree.map(lambda x: x[rows], self.rows))
+        return dataclasses.replace(self, rows=jax.tree.map(lambda x: x[rows], self.rows))
 
     def member_flat(self, member: jax.Array) -> jax.Array:
         row = jax.tree.map(lambda x: x[member], self.rows)
@@ -201,7 +202,10 @@ class StrategyForm(Protocol):
     the state its ``init`` made, so checkpoints, resume and seed-vmapping treat every form alike.
     """
 
-    name: str
+    @property
+    def name(self) -> str:
+        """What the form is, for messages (``"low-rank ES"``)."""
+        ...
 
     def applies(self, strategy: Strategy) -> bool:
         """Whether this form computes exactly what ``strategy`` would with a matrix."""
@@ -444,7 +448,7 @@ class PairedMembers:
         return jax.tree.unflatten(treedef, made)
 
     def take(self, rows: jax.Array) -> PairedMembers:
-        return self.replace(ids=self.ids[rows])
+        return dataclasses.replace(self, ids=self.ids[rows])
 
     def member_flat(self, member: jax.Array) -> jax.Array:
         pair, sign = pair_and_sign(member, self.pairs)

@@ -291,6 +291,7 @@ def task_strategy(
     tables = _checked_tables(task, source, own_key)
     flat, explicit = _explicit_settings(overrides, key)
     dropped: dict[str, Any] = {}
+    task_layer: Mapping[str, Any]
     if key == own_key:
         task_layer, where = task.default_settings, f"{source}: strategy_settings"
     elif key in tables:
@@ -361,10 +362,13 @@ def _explicit_settings(overrides: Sequence[str], key: str) -> tuple[dict[str, An
 def catalogue() -> list[tuple[str, str, str]]:
     """``(name, kind, description)`` of every strategy a user can name, tuned presets first.
 
-    ``kind`` is ``"tuned preset"``, ``"evosax"`` (runs with esjax's defaults) or
-    ``"cannot run"`` (the description then says why). Reads no evosax params: it is instant.
+    ``kind`` is ``"tuned preset"``, where an algorithm comes from (``"evosax"``, ``"esjax"``
+    or the user's module that defines it: :func:`esjax.strategies.algorithms.origin`; it runs
+    with esjax's defaults) or ``"cannot run"`` (the description then says why). Reads no evosax
+    params: it is instant.
     """
-    rows, tuned = [], {}
+    rows: list[tuple[str, str, str]] = []
+    tuned: dict[str | None, list[str]] = {}
     for name, text in presets.describe("strategy"):
         algorithm = str(presets.locate("strategy", name)[1].get("algorithm", ""))
         tuned.setdefault(algorithms.canonical_name(algorithm), []).append(name)
@@ -377,7 +381,7 @@ def catalogue() -> list[tuple[str, str, str]]:
         text = algorithms.description(name)
         if name in tuned:
             text = text.rstrip(".") + f"; tuned preset: {', '.join(tuned[name])}"
-        rows.append((name, "evosax", text))
+        rows.append((name, algorithms.origin(name), text))
     return rows
 
 
@@ -474,8 +478,9 @@ def _shaping(spec: StrategySpec, default: Callable) -> Callable:
     """The fitness shaping a spec asks for (``evosax`` = the class default), grouped, penalised."""
     settings = spec.settings
     fn = SHAPING_FNS.get(settings["fitness_shaping"], default)
-    if spec.loop.env_groups > 1:
-        fn = grouped_shaping(fn, spec.loop.env_groups, antithetic(spec))
+    groups = spec.loop.env_groups  # a count once built (``"auto"`` resolved)
+    if isinstance(groups, int) and groups > 1:
+        fn = grouped_shaping(fn, groups, antithetic(spec))
     if settings["l2_penalty"]:
         fn = shaping.add_weight_decay(fn, settings["l2_penalty"])
     return fn
