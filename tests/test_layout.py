@@ -219,7 +219,13 @@ def test_the_api_reference_has_a_page_per_folder_listing_its_modules():
         page = REPO / "docs" / "api" / f"{folder}.md"
         listed = re.findall(r"^::: (esjax\S+)$", page.read_text(), re.MULTILINE)
         expected = [f"esjax.{m}" for m in modules() if layer(m) == folder and m not in TOP]
-        assert sorted(listed) == sorted(expected), (folder, sorted(set(listed) ^ set(expected)))
+        missing = sorted(set(expected) - set(listed))
+        assert not missing, (
+            f"docs/api/{folder}.md: add '::: {missing[0]}' (CONTRIBUTING.md's Document step)"
+        )
+        assert sorted(listed) == sorted(expected), (
+            f"docs/api/{folder}.md lists what is not there: {sorted(set(listed) - set(expected))}"
+        )
 
 
 def test_readmes_architecture_lists_each_folder_and_its_modules():
@@ -233,7 +239,14 @@ def test_readmes_architecture_lists_each_folder_and_its_modules():
     for folder, body in zip(LAYERS, bodies, strict=True):
         bullets = re.findall(r"^- `(\w+)`", body, re.MULTILINE)
         expected = [m.split(".")[1] for m in modules() if layer(m) == folder and "." in m]
-        assert sorted(bullets) == sorted(expected), (folder, sorted(set(bullets) ^ set(expected)))
+        missing = sorted(set(expected) - set(bullets))
+        assert not missing, (
+            f"README.md's Architecture: add a bullet '- `{missing[0]}`: ...' under "
+            f"**`esjax/{folder}/`** (CONTRIBUTING.md's Describe step)"
+        )
+        assert sorted(bullets) == sorted(expected), (
+            f"README.md's Architecture, esjax/{folder}/: {bullets}"
+        )
 
 
 def _top_level(tree: ast.Module) -> set[int]:

@@ -57,6 +57,11 @@ def _one_per_suite() -> list[str]:
 
 def test_every_registered_suite_ships_a_preset():
     """A suite's preset is part of adding it: the registry says which suites there are."""
+    lacking = sorted(set(registered()) - set(PRESETS.values()))
+    assert not lacking, (
+        f"add a preset tasks/{lacking[0]}-ENV.toml naming env = '{lacking[0]}:ENV' "
+        "(CONTRIBUTING.md's Ship step)"
+    )
     assert set(PRESETS.values()) == set(registered())
     assert all(PRESETS[preset] == suite for suite, preset in CHOSEN.items())
 

@@ -42,9 +42,14 @@ def test_pyproject_has_each_suites_extra_and_envs_lists_exactly_them():
         "optional-dependencies"
     ]
     for suite in registered().values():
-        assert extras.get(suite.extra) == [suite.requirement], suite.name
+        assert extras.get(suite.extra) == [suite.requirement], (
+            f"pyproject.toml: add {suite.extra} = [{suite.requirement!r}] to the extras "
+            "(CONTRIBUTING.md's Declare step)"
+        )
     wanted = sorted(suite.requirement for suite in registered().values())
-    assert sorted(extras["envs"]) == wanted
+    assert sorted(extras["envs"]) == wanted, (
+        f"pyproject.toml: the envs extra lists exactly {wanted} (CONTRIBUTING.md's Declare step)"
+    )
 
 
 def test_every_suite_module_is_registered_and_in_the_api_reference():
@@ -52,6 +57,11 @@ def test_every_suite_module_is_registered_and_in_the_api_reference():
     docs/api/envs.md would have no reference page."""
     folder = REPO / "esjax" / "envs"
     files = {f"envs.{path.stem}" for path in folder.glob("suite_*.py")} - {"envs.suite_base"}
+    unregistered = sorted(files - set(package_modules()))
+    assert not unregistered, (
+        f"esjax/envs/suites.py: add 'esjax.{unregistered[0]}' to SUITE_MODULES "
+        "(CONTRIBUTING.md's Register step)"
+    )
     assert files == set(package_modules())
     lines = (REPO / "docs" / "api" / "envs.md").read_text().splitlines()
     listed = {line.split()[1].removeprefix("esjax.") for line in lines
