@@ -214,13 +214,15 @@ def test_no_cost_warning_at_65536_members_of_a_million_parameters():
     far below 20-step rollouts; OpenES's Gaussian per entry is warned about there."""
     from esjax.strategies.strategy import strategy_cost_hint
 
-    lowrank = load_strategy("lowrank_es", {"popsize": 65536})
-    assert strategy_cost_hint(lowrank, 1_054_721, 65536, steps_per_member=20) is None
+    def built(name: str, **settings):
+        spec = load_strategy(name, {"popsize": 65536, **settings})
+        return build_strategy(spec, 1_054_721)
+
+    assert strategy_cost_hint(built("lowrank_es"), steps_per_member=20) is None
     # r multiply-adds per entry and pair: at rank 64 the update rivals 20-step rollouts.
-    wide = load_strategy("lowrank_es", {"popsize": 65536, "rank": 64})
-    assert strategy_cost_hint(wide, 1_054_721, 65536, steps_per_member=20) is not None
-    openes = load_strategy("open_es", {"popsize": 65536})
-    assert "open_es" in strategy_cost_hint(openes, 1_054_721, 65536, steps_per_member=20).lower()
+    assert strategy_cost_hint(built("lowrank_es", rank=64), steps_per_member=20) is not None
+    hint = strategy_cost_hint(built("open_es"), steps_per_member=20)
+    assert hint is not None and "open_es" in hint.lower()
 
 
 @pytest.mark.parametrize(

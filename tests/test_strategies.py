@@ -267,11 +267,13 @@ def test_cheap_noise_prng_is_deterministic():
 
 
 def test_cost_hint_flags_strategies_that_rival_the_rollouts():
-    cma = load_strategy("cma_es")
-    assert "CMA_ES" in strategy_cost_hint(cma, 4481, 2048, 200)
-    assert strategy_cost_hint(load_strategy("open_es"), 4481, 2048, 200) is None
+    def built(name: str):
+        return build_strategy(load_strategy(name), 4481, 2048)
+
+    assert "CMA_ES" in strategy_cost_hint(built("cma_es"), 200)
+    assert strategy_cost_hint(built("open_es"), 200) is None
     # Very short episodes leave the Gaussian draw as the larger share.
-    assert strategy_cost_hint(load_strategy("open_es"), 4481, 2048, 5) is not None
+    assert strategy_cost_hint(built("open_es"), 5) is not None
 
 
 # ------------------------------------------------------------- every evosax algorithm by name

@@ -35,7 +35,7 @@ EnvParamsSampler = Callable[[jax.Array, Any], Any]
 
 def policy_spec(config: PolicyConfig) -> PolicySpec:
     """The spec of a task's policy: its kind's (:data:`esjax.policies.networks.SPECS`), or a user's
-    flax module's when the kind names code."""
+    network's when the kind names code."""
     return spec_for(config)
 
 

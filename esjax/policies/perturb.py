@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -187,11 +188,11 @@ def _plain(x: Any) -> jax.Array:
 class _Interpreter:
     """Evaluates a jaxpr over values some of which are perturbed leaves.
 
-    Running (``planning`` false) it computes a member's outputs; planning it only records, per
-    leaf, the splits its uses need (``uses``), and every value it computes is the shared one.
+    Given :class:`LowRank` leaves it computes a member's outputs, and notes in ``formed`` the
+    primitives for which it had to form a leaf whole; given probes (:func:`plan`) it records,
+    per leaf, the splits its uses need (``uses``), every value it computes the shared one.
     """
 
-    planning: bool = False
     uses: dict[int, set[int | None]] = field(default_factory=dict)
     formed: set[str] = field(default_factory=set)
 
@@ -495,7 +496,15 @@ def splitting(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(params, *args)
         leaves, treedef = jax.tree.flatten(params, is_leaf=is_lowrank)
         closed, flat_args, out_tree = _traced(fn, [_plain(x) for x in leaves], treedef, args)
-        outs = _Interpreter().closed(closed, [*leaves, *flat_args])
+        interpreter = _Interpreter()
+        outs = interpreter.closed(closed, [*leaves, *flat_args])
+        if interpreter.formed:  # a plan other than this network's: correct, but not thin
+            warnings.warn(
+                "low-rank members formed some of their weights whole, where the network uses "
+                f"them by {', '.join(sorted(interpreter.formed))}, not by the product their "
+                "factors were drawn for",
+                stacklevel=2,
+            )
         return jax.tree.unflatten(out_tree, outs)
 
     return call
@@ -520,7 +529,7 @@ def plan(fn: Callable[..., Any], params: PyTree, *args: Any) -> Plan:
     named, treedef = jax.tree_util.tree_flatten_with_path(params)
     leaves = [leaf for _, leaf in named]
     closed, flat_args, _ = _traced(fn, leaves, treedef, args)
-    interpreter = _Interpreter(planning=True)
+    interpreter = _Interpreter()
 
     def probed(values: list[Any], rest: list[Any]) -> Any:
         probes = [_Probe(v, i) if jnp.ndim(v) >= 2 else v for i, v in enumerate(values)]

@@ -258,7 +258,7 @@ def _make_engine(config: RunConfig) -> Engine:
     if key is not None:
         engine = keep_programs(engine, key)
     steps = config.rollouts * engine.rollout.episode_length
-    hint = strategies.strategy_cost_hint(spec, engine.num_dims, engine.popsize, steps)
+    hint = strategies.strategy_cost_hint(engine.strategy, steps)
     if hint:
         warnings.warn(hint, stacklevel=4)
     return engine

@@ -364,7 +364,7 @@ class PolicyConfig:
             names = list(policy_kinds.KINDS)
             message = (
                 f"unknown policy kind {kind_name!r}{suggest(kind_name, names)}; choose from "
-                f"{', '.join(names)}, or name a flax module's factory ('file.py:factory')"
+                f"{', '.join(names)}, or name your own network's factory ('file.py:factory')"
             )
             raise ConfigError(_at(_child(where, "kind"), message))
         hints = typing.get_type_hints(cls)

@@ -11,8 +11,8 @@ This module is read with the task file, before JAX is loaded, so that a mistake 
 :mod:`esjax.policies.networks` (``SPECS``, keyed by the same names).
 
 A kind may also be code: ``kind = "package.module:factory"`` or ``"path/to/file.py:factory"``
-names a user's flax module (:class:`CodeKind`); every other key of the table goes to that
-factory as a keyword argument (see :mod:`esjax.policies.networks`, ``CodePolicy``).
+names a user's network in any JAX framework (:class:`CodeKind`); every other key of the table
+goes to that factory as a keyword argument (see :mod:`esjax.policies.user`).
 """
 
 from __future__ import annotations
@@ -185,7 +185,8 @@ EXTRA_TYPES = (bool, int, float, str, list, tuple)
 
 @dataclass(frozen=True)
 class CodeKind:
-    """A user's flax module, made by the factory ``name`` names (:func:`names_code`)."""
+    """A user's network (any JAX framework), made by the factory ``name`` names
+    (:func:`names_code`)."""
 
     name: str
     settings_type: type = CodeSettings

@@ -339,7 +339,7 @@ class LazyOpenES:
     def check_settings(self, settings: Mapping[str, Any]) -> str | None:
         return None
 
-    def flops_per_entry(self, settings: Mapping[str, Any]) -> float:
+    def flops_per_entry(self, strategy: Strategy) -> float:
         return 30.0  # a Gaussian per entry, as the materialised draw
 
     def held_floats(

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -188,11 +188,12 @@ def _default_splits(shapes: Sequence[tuple[int, ...]]) -> tuple[int | None, ...]
     return tuple(len(shape) - 1 if len(shape) >= 2 else None for shape in shapes)
 
 
-def _flops(settings: Mapping[str, Any]) -> float:
+def _flops(strategy: Strategy) -> float:
     """``tell``'s thin products: ``r`` multiply-adds per entry of a pair's ``A Bᵀ`` (a
     member's, without pairs); the draws are thin."""
-    per_pair = 2.0 * float(settings.get("rank", 1))  # a multiply-add per rank
-    return per_pair / 2.0 if settings.get("antithetic", True) else per_pair
+    es = strategy.es
+    per_pair = 2.0 * es.rank  # a multiply-add per rank
+    return per_pair / 2.0 if es.use_antithetic_sampling else per_pair
 
 
 def _noise(strategy: Strategy, member: MemberLayout) -> Layout:

@@ -108,8 +108,30 @@ class Population(Protocol):
         ...
 
 
+class Undivided:
+    """What a :class:`Population` that every device holds whole shares: nothing to split over
+    a mesh, results already in member order (less any padding)."""
+
+    @property
+    def popsize(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def devices(self) -> int:
+        return 1
+
+    def specs(self) -> PyTree:
+        return jax.tree.map(lambda _: P(), self)
+
+    def device_share(self, device: jax.Array) -> tuple[Self, jax.Array, jax.Array]:
+        raise NotImplementedError("never split over devices (devices is 1)")
+
+    def in_member_order(self, x: jax.Array) -> jax.Array:
+        return x[: self.popsize]
+
+
 @struct.dataclass
-class Stacked:
+class Stacked(Undivided):
     """A materialised population: ``rows`` with a leading member axis, each made into a
     member's parameters by ``unravel`` (None: each row is already a parameter pytree)."""
 
@@ -119,10 +141,6 @@ class Stacked:
     @property
     def popsize(self) -> int:
         return int(jax.tree.leaves(self.rows)[0].shape[0])
-
-    @property
-    def devices(self) -> int:
-        return 1  # every device holds every row
 
     def members(self) -> PyTree:
         return self.rows
@@ -140,15 +158,6 @@ class Stacked:
     def member_bytes(self) -> int:
         leaves = jax.tree.leaves(self.rows)
         return sum(math.prod(x.shape[1:]) * x.dtype.itemsize for x in leaves) or 1
-
-    def specs(self) -> PyTree:
-        return jax.tree.map(lambda _: P(), self)
-
-    def device_share(self, device: jax.Array) -> tuple[Stacked, jax.Array, jax.Array]:
-        raise NotImplementedError("never split over devices (devices is 1)")
-
-    def in_member_order(self, x: jax.Array) -> jax.Array:
-        return x[: self.popsize]
 
 
 def as_population(members: Population | PyTree) -> Population:
@@ -216,7 +225,7 @@ class StrategyForm(Protocol):
         or None."""
         ...
 
-    def flops_per_entry(self, settings: Mapping[str, Any]) -> float:
+    def flops_per_entry(self, strategy: Strategy) -> float:
         """Floating-point work per member and parameter of a generation, for the warning that
         the strategy's own maths rivals the rollouts."""
         ...
@@ -265,7 +274,7 @@ class Materialised:
     def check_settings(self, settings: Mapping[str, Any]) -> str | None:
         return None
 
-    def flops_per_entry(self, settings: Mapping[str, Any]) -> float:
+    def flops_per_entry(self, strategy: Strategy) -> float:
         return 30.0  # drawing a Gaussian dominates, a few dozen flops per entry
 
     def held_floats(
@@ -417,7 +426,7 @@ def blocked_sum(
 
 
 @struct.dataclass
-class PairedMembers:
+class PairedMembers(Undivided):
     """A :class:`Population` of ``mean + sign std z_pair``: member ids and the key their noise
     comes from; the mean is shared by every member, each member's noise drawn in its chunk."""
 
@@ -432,11 +441,7 @@ class PairedMembers:
 
     @property
     def popsize(self) -> int:
-        return self.size
-
-    @property
-    def devices(self) -> int:
-        return 1  # every device draws the noise of the members it steps
+        return self.size  # every device draws the noise of the members it steps
 
     def members(self) -> jax.Array:
         return self.ids
@@ -457,15 +462,6 @@ class PairedMembers:
     def member_bytes(self) -> int:
         return self.noise.member_bytes()
 
-    def specs(self) -> PyTree:
-        return jax.tree.map(lambda _: P(), self)
-
-    def device_share(self, device: jax.Array) -> tuple[PairedMembers, jax.Array, jax.Array]:
-        raise NotImplementedError("never split over devices (devices is 1)")
-
-    def in_member_order(self, x: jax.Array) -> jax.Array:
-        return x[: self.size]
-
 
 @dataclass(frozen=True)
 class PairedForm:
@@ -482,7 +478,7 @@ class PairedForm:
 
     name: str
     noise_for: Callable[[Strategy, MemberLayout], PairNoise]
-    flops: Callable[[Mapping[str, Any]], float] = lambda settings: 30.0
+    flops: Callable[[Strategy], float] = lambda strategy: 30.0
     tell_floats: int = 1 << 22  # what the noise's weighted_sum holds at once
 
     def applies(self, strategy: Strategy) -> bool:
@@ -502,8 +498,8 @@ class PairedForm:
             )
         return None
 
-    def flops_per_entry(self, settings: Mapping[str, Any]) -> float:
-        return self.flops(settings)
+    def flops_per_entry(self, strategy: Strategy) -> float:
+        return self.flops(strategy)
 
     def held_floats(
         self, strategy: Strategy, layout: MemberLayout, devices: int, chunk: int

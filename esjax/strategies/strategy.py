@@ -632,9 +632,7 @@ def traced_settings(strategy: Strategy, remember: Remember = compute_now) -> tup
     return tuple(remember("traced-settings", key, search))
 
 
-def strategy_cost_hint(
-    spec: StrategySpec, num_dims: int, popsize: int, steps_per_member: int
-) -> str | None:
+def strategy_cost_hint(strategy: Strategy, steps_per_member: int) -> str | None:
     """A one-line warning when the strategy's own maths likely rivals the rollouts' cost.
 
     A rough count of floating-point work per generation: the rollouts evaluate an MLP of
@@ -643,6 +641,7 @@ def strategy_cost_hint(
     Gaussian dominates), or as often as the algorithm's ``flops_per_entry`` says; full-matrix
     strategies (CMA-ES, xNES, ...) also multiply by and decompose an n x n matrix.
     """
+    spec, num_dims, popsize = strategy.spec, strategy.num_dims, strategy.popsize
     n, p = float(num_dims), float(popsize)
     rollout = 2.0 * n * p * steps_per_member
     full = algorithms.info(spec.algorithm).quadratic
@@ -651,10 +650,10 @@ def strategy_cost_hint(
     every = resolve_decomposition_every(every, num_dims, popsize) if every is not None else 1
     # A form says what it spends per member and parameter (the low-rank strategy only
     # multiplies thin factors: no Gaussian per entry).
-    per_entry = algorithm_form(spec.algorithm).flops_per_entry(spec.settings)
-    strategy = 4.0 * p * n * n + 10.0 * n**3 / every if full else per_entry * p * n
+    per_entry = form_for(strategy).flops_per_entry(strategy)
+    cost = 4.0 * p * n * n + 10.0 * n**3 / every if full else per_entry * p * n
     # Below ~1e8 flops (milliseconds) the strategy's cost is not worth a warning.
-    if strategy < 0.5 * rollout or strategy < 1e8:
+    if cost < 0.5 * rollout or cost < 1e8:
         return None
     advice = (
         "raise decomposition_every, or prefer sep_cma_es, snes or open_es above ~1000 parameters"
@@ -663,7 +662,7 @@ def strategy_cost_hint(
     )
     return (
         f"{spec.algorithm} at {num_dims} parameters x popsize {popsize} may cost about "
-        f"{strategy / rollout:.1f}x the rollouts per generation; {advice}"
+        f"{cost / rollout:.1f}x the rollouts per generation; {advice}"
     )
 
 
