@@ -363,3 +363,10 @@ def test_a_file_the_command_cannot_use_is_one_line_and_exit_2(tmp_path):
     with pytest.raises(typer.Exit) as stopped:
         writes_into_a_file_as_a_folder()
     assert stopped.value.exit_code == 2
+
+
+def test_the_baseline_choices_are_the_configs():
+    from esjax.cli.options import Baseline
+    from esjax.specs.config import BASELINES
+
+    assert [choice.value for choice in Baseline] == list(BASELINES)

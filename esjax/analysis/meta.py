@@ -340,4 +340,5 @@ def _grid_scores(policy_mean: np.ndarray, means: dict[str, np.ndarray], baseline
 
 def _finite_or_none(values: np.ndarray) -> list:
     """Nested lists with NaN and inf as ``None``: strict JSON has no NaN."""
-    return np.where(np.isfinite(values), values, None).tolist()
+    finite = np.isfinite(values)
+    return np.where(finite, values.astype(object), np.array(None, dtype=object)).tolist()

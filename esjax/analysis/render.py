@@ -335,7 +335,7 @@ def _bandit(ax: Any, params: Any) -> Update:
 CHAIN_FIELDS = ("need_umbrella", "has_umbrella", "context", "query")
 
 
-def _chain(length_of: Callable[[Any], int]) -> Callable[[Any, Any], Update]:
+def _chain(length_of: Callable[[Any], float]) -> Callable[[Any, Any], Update]:
     """bsuite chains: one node per step of the chain, the steps taken so far filled, and the
     state's hidden context (umbrella needed and taken, context bit, query) written beneath."""
 

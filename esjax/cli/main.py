@@ -148,7 +148,7 @@ def evolve(
     overrides = tuple(set_ or ())
     lib = _library(coordinator, num_processes, process_id)
     lib.checked_start(task, overrides, resume=resume, out=out_dir)  # fail before compiling
-    label = Path(task).stem if task is not None else Path(out_dir).name
+    label = Path(task).stem if task is not None else Path(out_dir or ".").name
     shown_seeds = lib.read_run_config(out_dir).seeds if resume else seeds
     report = ProgressReport(console, f"evolve {label}", seeds=shown_seeds)
     try:

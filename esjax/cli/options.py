@@ -10,12 +10,26 @@ from typing import Annotated
 
 import typer
 
-from esjax.specs.config import BASELINES
 
 # Choices of options, as typer shows them.
-XAxis = StrEnum("XAxis", ["generations", "env_steps", "wall_s"])
-Which = StrEnum("Which", ["final", "best"])
-Baseline = StrEnum("Baseline", BASELINES)
+class XAxis(StrEnum):
+    generations = "generations"
+    env_steps = "env_steps"
+    wall_s = "wall_s"
+
+
+class Which(StrEnum):
+    final = "final"
+    best = "best"
+
+
+class Baseline(StrEnum):
+    """``esjax eval --baseline``: :data:`esjax.specs.config.BASELINES`, spelled out for typer
+    (``tests/test_cli.py`` checks they agree)."""
+
+    analytic = "analytic"
+    random = "random"
+    zero = "zero"
 
 
 LOG_OPTION = typer.Option(

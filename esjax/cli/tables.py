@@ -256,8 +256,9 @@ def show_report(console: Console, record: dict[str, Any]) -> None:
 
     def returns(t: dict[str, Any]) -> tuple[str, str]:
         """The mean and the IQM with its interval, at the decimals of the largest of them."""
-        digits = decimals(t["mean_return"], t["iqm_return"], *t["iqm_interval"])
-        iqm = f"{number(t['iqm_return'], digits)} {bounds(*t['iqm_interval'], digits)}"
+        low, high = t["iqm_interval"]
+        digits = decimals(t["mean_return"], t["iqm_return"], low, high)
+        iqm = f"{number(t['iqm_return'], digits)} {bounds(low, high, digits)}"
         return number(t["mean_return"], digits), iqm
 
     table = Table(title="esjax report: final policies on fresh test episodes", title_justify="left")

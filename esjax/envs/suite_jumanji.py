@@ -86,7 +86,8 @@ class JumanjiEnv:
             self.env.render(state)
             figure = plt.gcf()
             figure.canvas.draw()
-            return np.asarray(figure.canvas.buffer_rgba())[..., :3].copy()
+            canvas: Any = figure.canvas  # an Agg canvas, the one that keeps its pixels
+            return np.asarray(canvas.buffer_rgba())[..., :3].copy()
 
         return each(draw)
 

@@ -166,7 +166,7 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
             raise ConfigError(_at(where, f"expected a table, got {value!r}"))
         if hasattr(tp, "from_table"):  # a table whose keys depend on one of them
             return tp.from_table(value, where)
-        return parse_into(tp, value, where)
+        return parse_into(typing.cast(type, tp), value, where)
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -388,7 +388,7 @@ class PolicyConfig:
         shared = {name: to_dict(getattr(self, name)) for name in policy_kinds.SHARED_KEYS}
         if isinstance(self.settings, policy_kinds.CodeSettings):
             return {**shared, **to_dict(self.settings.extras)}
-        own = {**policy_kinds.legacy_defaults(), **dataclasses.asdict(self.settings)}
+        own = {**policy_kinds.legacy_defaults(), **to_dict(self.settings)}
         return {**shared, **to_dict(own)}
 
     def validate(self, where: str) -> None:
@@ -658,7 +658,7 @@ def check_finite(value: Any, where: str) -> None:
     if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
         if not math.isfinite(float(value)):
             raise ConfigError(_at(where, f"must be a finite number, got {value}"))
-    elif isinstance(value, numbers.Integral) and not -MAX_INT <= value <= MAX_INT:
+    elif isinstance(value, numbers.Integral) and not -MAX_INT <= int(value) <= MAX_INT:
         raise ConfigError(_at(where, f"must be at most {MAX_INT} in size, got {value}"))
     elif isinstance(value, Mapping):
         for key, item in value.items():

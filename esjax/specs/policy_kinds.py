@@ -50,18 +50,26 @@ class PolicyKind(Protocol):
     that builds its network in :mod:`esjax.policies.networks` (``SPECS``), under the same name.
     """
 
-    name: str
-    """The name a task gives as ``kind``."""
+    @property
+    def name(self) -> str:
+        """The name a task gives as ``kind``."""
+        ...
 
-    settings_type: type
-    """Its own frozen dataclass of ``[policy]`` keys, with their defaults, read strictly (an
-    unknown key or a wrong type is one line naming it)."""
+    @property
+    def settings_type(self) -> type:
+        """Its own frozen dataclass of ``[policy]`` keys, with their defaults, read strictly (an
+        unknown key or a wrong type is one line naming it)."""
+        ...
 
-    recurrent: bool
-    """Whether its policy carries a state from step to step (memory lesions reset it)."""
+    @property
+    def recurrent(self) -> bool:
+        """Whether its policy carries a state from step to step (memory lesions reset it)."""
+        ...
 
-    mirrorable: bool
-    """Whether ``mirror`` and ``mirror_actions`` apply to it (:mod:`esjax.policies.mirror`)."""
+    @property
+    def mirrorable(self) -> bool:
+        """Whether ``mirror`` and ``mirror_actions`` apply to it (:mod:`esjax.policies.mirror`)."""
+        ...
 
     def problem(self, settings: Any) -> Problem | None:
         """The first setting the network could not be built with, or None; the caller says
