@@ -464,3 +464,54 @@ def test_the_parsers_refuse_what_they_cannot_bound(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(ConfigError, match="not a regular file"):
         read_json(fifo, 100)  # refused at once: a FIFO's open would wait for a writer
+
+
+# ---------------------------------------------------------------------------- memory: bounded by
+# what the run's own shapes imply, and by what a figure draws
+
+
+def test_a_huge_checkpoint_is_refused_by_what_the_runs_state_holds(run):
+    """Bounded by the run's own shapes, before a byte is read (not by the machine's memory)."""
+    for name in (runs.CHECKPOINT, runs.PREV_CHECKPOINT):
+        if (run / name).exists():
+            with (run / name).open("r+b") as handle:
+                handle.truncate(256 * 2**20)  # sparse
+    code, output = cli("evolve", "--resume", "--generations", "3", "--out", run)
+    assert_one_line(code, output, "checkpoint.msgpack", "more than such a file can be")
+
+
+def test_a_policy_is_bounded_by_its_tasks_shapes_not_by_the_configs_claim(run):
+    edit = json.loads((run / runs.CONFIG).read_text())
+    edit["num_dims"] = 2**31 - 1
+    (run / runs.CONFIG).write_text(json.dumps(edit))
+    with (run / "final_policy.msgpack").open("r+b") as handle:
+        handle.truncate(64 * 2**20)  # sparse: a policy of 16 M parameters, for 2 inputs
+    assert_one_line(*cli("eval", run), "final_policy.msgpack", "more than such a file can be")
+
+
+def test_metrics_are_read_as_a_stream_kept_as_much_as_a_figure_draws(run, tmp_path):
+    """30,000 rows are drawn from the few a figure needs: memory follows the figure."""
+    import tracemalloc
+
+    from esjax.analysis import plotting
+
+    rows = "".join(
+        json.dumps({"generation": g, "env_steps": g, "fitness_mean": 1.0, "fitness_best": 2.0,
+                    "eval_return": 3.0 if g % 10 == 0 else None}) + "\n"
+        for g in range(1, 30_001)
+    )  # fmt: skip
+    (run / runs.METRICS).write_text(rows)
+    tracemalloc.start()
+    try:
+        kept = plotting.curve_rows(run, seeds=1, points=64)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    training = [row["generation"] for row in kept if "fitness_mean" in row]
+    evaluations = [row["generation"] for row in kept if "eval_return" in row]
+    assert len(training) <= 65 and len(evaluations) <= 65
+    assert training[0] == 1 and training[-1] == 30_000  # the whole run, thinned
+    assert evaluations[0] == 10 and evaluations[-1] == 30_000
+    assert peak < 4 * 2**20, peak  # the rows alone take about 15 MB
+    code, output = cli("plot", run)
+    assert code == 0, output

@@ -18,7 +18,7 @@ import itertools
 import json
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,11 +27,11 @@ import numpy as np
 
 from esjax.analysis.plotting import (
     Group,
+    curve_rows,
     plot_grid,
     plot_groups,
     plot_runs,
     solved_return_of,
-    split_seeds,
 )
 from esjax.run import runs, trust
 from esjax.run.files import MIB, read_json
@@ -535,19 +535,26 @@ def interval(values: Sequence[float | None]) -> dict[str, float | None]:
     return interval_bounds(values, 0.95)
 
 
-def steps_to_threshold(rows: Sequence[dict[str, Any]], threshold: float | None) -> list:
-    """Per seed, env steps at the first evaluation reaching ``threshold`` (None: never)."""
+def steps_to_threshold(
+    rows: Iterable[dict[str, Any]], threshold: float | None, seeds: int | None = None
+) -> list:
+    """Per seed (in seed order), env steps at the first evaluation reaching ``threshold``
+    (None: never). One pass over ``rows``, which may be a stream (:func:`esjax.run.runs.
+    iter_metrics`); rows of more than ``seeds`` seeds are one line."""
     if threshold is None:
         return []
-    out = []
-    for seed_rows in split_seeds(rows):
-        hits = [
-            int(r["env_steps"])
-            for r in seed_rows
-            if r.get("eval_return") is not None and r["eval_return"] >= threshold
-        ]
-        out.append(min(hits) if hits else None)
-    return out
+    first: dict[Any, int | None] = {}
+    for row in rows:
+        seed = row.get("seed", 0)
+        if seed not in first:
+            if seeds is not None and len(first) >= seeds:
+                raise ConfigError(f"metrics: rows of more seeds than the run's {seeds}")
+            first[seed] = None
+        value = row.get("eval_return")
+        if value is not None and value >= threshold:
+            steps, earlier = int(row["env_steps"]), first[seed]
+            first[seed] = steps if earlier is None else min(steps, earlier)
+    return [first[seed] for seed in sorted(first)]
 
 
 def summarize(sweep_dir: Path, grid: Sequence[Configuration], spec: dict[str, Any]) -> dict:
@@ -581,7 +588,7 @@ def summarize(sweep_dir: Path, grid: Sequence[Configuration], spec: dict[str, An
         per_seed_verdicts = None if judged is None else judged.solved_per_seed
         entry["solved_per_seed"] = None if per_seed_verdicts is None else list(per_seed_verdicts)
         entry["solved_seeds"] = None if per_seed_verdicts is None else sum(per_seed_verdicts)
-        steps = steps_to_threshold(runs.load_metrics(run_dir), threshold)
+        steps = steps_to_threshold(runs.iter_metrics(run_dir), threshold, config.seeds)
         reached = [s for s in steps if s is not None]
         entry["env_steps_to_threshold"] = {
             "per_seed": steps,
@@ -624,7 +631,7 @@ def plot_sweep(sweep_dir: Path, record: dict[str, Any]) -> Path:
     entries = record["configurations"]
     run_dirs = [configuration_dir(sweep_dir, e["run_dir"]) for e in entries]
     groups = [
-        Group(", ".join(e["overrides"]), (runs.load_metrics(d),))
+        Group(", ".join(e["overrides"]), (curve_rows(d, runs.read_run_config(d).seeds),))
         for e, d in zip(entries, run_dirs, strict=True)
     ]
     title = f"sweep · {record['spec']['task']} · {record['spec']['seeds']} seeds per line"

@@ -7,7 +7,8 @@ never written through.
 Reading: a run or sweep directory may come from someone else, so what esjax reads in one is
 data it must not trust. :func:`read_bytes` opens without following a link, takes only a regular
 file (not a FIFO or ``/dev/zero``) and refuses one larger than its kind can be, before reading
-it. No JAX, so any layer may use it.
+it; :func:`read_lines` reads a file of lines (``metrics.jsonl``) as a stream, a line at a time,
+so that memory follows what the reader keeps, not the file's size. No JAX.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import os
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -180,5 +182,27 @@ def append_bytes(path: str | Path, data: bytes) -> None:
         while view:
             view = view[os.write(fd, view) :]
         os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_lines(path: str | Path, line_limit: int, limit: int) -> Iterator[tuple[int, bytes]]:
+    """``(line number, line)`` of the regular file at ``path`` (no link followed), read a
+    block at a time. A line longer than ``line_limit`` bytes is passed over unread (as
+    ``b""``: no esjax file has one); a file over ``limit`` bytes is refused before reading."""
+    fd = open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise ConfigError(f"{path}: {size:,} bytes, more than such a file can be ({limit:,})")
+        with os.fdopen(os.dup(fd), "rb", buffering=MIB) as stream:
+            number = 0
+            while line := stream.readline(line_limit + 1):
+                number += 1
+                if len(line) > line_limit and not line.endswith(b"\n"):
+                    while (rest := stream.readline(MIB)) and not rest.endswith(b"\n"):
+                        pass
+                    line = b""
+                yield number, line
     finally:
         os.close(fd)

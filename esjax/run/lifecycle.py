@@ -648,11 +648,14 @@ def restore(
 ) -> tuple[RunState, HostState, int | None]:
     """Engine state, host state and recorded target from the run's checkpoint, its arrays
     matched by name to what a fresh start of this run (``template``, ``fresh``) holds."""
-    checkpoint = runs.load_checkpoint(run_dir)
+    expected = checkpoint_arrays(template, fresh)
+    # Bounded by what this run's state holds, by shape: a larger file is refused unread.
+    checkpoint = runs.load_checkpoint(
+        run_dir, runs.checkpoint_limit(expected.values(), config.seeds)
+    )
     meta = checkpoint.meta
     check_meta(run_dir / runs.CHECKPOINT, meta, config.seeds)
     _check_same_run(run_dir, meta, config)
-    expected = checkpoint_arrays(template, fresh)
     try:
         arrays = migrate_checkpoint(checkpoint, template).arrays
         engines = backend_modules().engine
