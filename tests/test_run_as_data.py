@@ -165,6 +165,7 @@ def test_a_run_made_here_with_its_own_env_file_needs_no_flag(tmp_path):
     # The same run copied to another user (another key) is foreign there.
     other = tmp_path / "other.key"
     other.write_text("f" * 64)
+    other.chmod(0o600)
     os.environ[trust.KEY_ENV], saved = str(other), os.environ[trust.KEY_ENV]
     try:
         assert_one_line(*cli("eval", out), "mine.py:make")
@@ -515,3 +516,74 @@ def test_metrics_are_read_as_a_stream_kept_as_much_as_a_figure_draws(run, tmp_pa
     assert peak < 4 * 2**20, peak  # the rows alone take about 15 MB
     code, output = cli("plot", run)
     assert code == 0, output
+
+
+# ---------------------------------------------------------------------------- hard links, the seal
+# read as data, the trust key
+
+
+def test_a_hard_linked_lock_or_metrics_file_is_never_written_through(run, tmp_path):
+    notes = tmp_path / "outside" / "notes.txt"
+    notes.write_text("my notes\n")
+    (run / runs.LOCK).unlink()
+    os.link(notes, run / runs.LOCK)
+    assert_one_line(*cli("evolve", "--resume", "--out", run), "hard link")
+    assert_one_line(*cli("evolve", "cartpole", "--overwrite", "--out", run), "hard link")
+    assert notes.read_text() == "my notes\n"
+    (run / runs.LOCK).unlink()
+    kept = tmp_path / "outside" / "kept.txt"  # a hard link under a name esjax does not write
+    kept.write_text("kept\n")
+    os.link(kept, run / "kept.txt")
+    os.link(notes, run / "linked.jsonl")
+    (run / runs.METRICS).unlink()
+    os.link(notes, run / runs.METRICS)
+    from esjax.run.files import append_bytes
+
+    with pytest.raises(ConfigError, match="hard link"):
+        append_bytes(run / "linked.jsonl", b"{}\n")
+    code, output = cli("evolve", "--resume", "--generations", "3", "--out", run)
+    assert code == 0, output
+    assert notes.read_text() == "my notes\n" and kept.read_text() == "kept\n"
+
+
+@pytest.mark.parametrize("sig", [b"\xc3\xa9" * 32 + b"\n", b"g" * 64, b"ab" * 100, b""])
+def test_a_malformed_seal_is_no_seal(run, tmp_path, sig):
+    """trust.sig is read as data: anything but 64 hex digits is 'not sealed', one line."""
+    marker = tmp_path / "outside" / "ran"
+    edit_config(run, env=f"{evil_file(run, marker)}:make", env_kwargs={})
+    (run / trust.SEAL).write_bytes(sig)
+    assert_one_line(*cli("eval", run), "evil.py:make", "--trust-code")
+    assert not marker.exists()
+
+
+def test_the_trust_key_is_named_by_an_absolute_path_and_kept_private(made, tmp_path):
+    """A relative ESJAX_TRUST_KEY would be found in the working directory: inside a folder
+    holding a run sealed with its own trust.key, that run's code would run."""
+    attacker = tmp_path / "attacker"
+    attacker.mkdir()
+    key = attacker / "trust.key"
+    key.write_text("a" * 64)
+    key.chmod(0o600)
+    run = attacker / "run"
+    shutil.copytree(made, run, symlinks=True)
+    marker = tmp_path / "ran"
+    edit_config(run, env=f"{evil_file(attacker, marker)}:make", env_kwargs={})
+    saved = os.environ[trust.KEY_ENV]
+    try:
+        os.environ[trust.KEY_ENV] = str(key)
+        trust.seal_run(run, runs.read_run_config(run).task)  # sealed with the attacker's key
+        os.environ[trust.KEY_ENV] = "trust.key"
+        with contextlib.chdir(attacker):
+            assert_one_line(*cli("eval", "run"), "ESJAX_TRUST_KEY=trust.key", "absolute")
+        assert not marker.exists()
+        os.environ[trust.KEY_ENV] = str(key)
+        key.chmod(0o644)
+        assert_one_line(*cli("eval", run), "read or written by others", "chmod 600")
+        key.chmod(0o600)
+        owner = os.getuid() + 1
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(os, "getuid", lambda: owner)
+            assert_one_line(*cli("eval", run), "belongs to another user")
+    finally:
+        os.environ[trust.KEY_ENV] = saved
+    assert not marker.exists()

@@ -9,6 +9,10 @@ data it must not trust. :func:`read_bytes` opens without following a link, takes
 file (not a FIFO or ``/dev/zero``) and refuses one larger than its kind can be, before reading
 it; :func:`read_lines` reads a file of lines (``metrics.jsonl``) as a stream, a line at a time,
 so that memory follows what the reader keeps, not the file's size. No JAX.
+
+Writing in place (a lock file's PID, a metrics append) goes through :func:`open_regular` too,
+which refuses a file that also has another name (a hard link: ``O_NOFOLLOW`` cannot see one),
+so that a file outside the run linked in under one of esjax's names is never written.
 """
 
 from __future__ import annotations
@@ -99,9 +103,10 @@ def open_regular(path: str | Path, flags: int = os.O_RDONLY, mode: int = 0o644) 
     """A descriptor of the regular file at ``path``, opened without following a link.
 
     ``O_NONBLOCK`` keeps a FIFO from stalling the open; it is cleared again for a regular
-    file. A link, a folder, a device or a FIFO is a :class:`~esjax.specs.config.ConfigError`;
-    a missing file (or folder on its path) is ``FileNotFoundError`` (``NotADirectoryError``),
-    as for ``open``.
+    file. A link, a folder, a device or a FIFO is a :class:`~esjax.specs.config.ConfigError`,
+    and so is a file opened for writing that has another name too (a hard link); a missing
+    file (or folder on its path) is ``FileNotFoundError`` (``NotADirectoryError``), as for
+    ``open``. Nothing is written before these checks: ``O_TRUNC`` is not for here.
     """
     path = Path(path)
     try:
@@ -113,13 +118,26 @@ def open_regular(path: str | Path, flags: int = os.O_RDONLY, mode: int = 0o644) 
             raise ConfigError(f"{path}: a symbolic link; esjax follows no link in a run") from None
         raise ConfigError(f"{path}: cannot open it: {err.strerror or err}") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise ConfigError(f"{path}: not a regular file")
+        if flags & (os.O_WRONLY | os.O_RDWR):
+            refuse_other_names(path, info)
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def refuse_other_names(path: str | Path, info: os.stat_result) -> None:
+    """One line when the file ``info`` describes has names besides ``path`` (hard links):
+    writing it in place would change a file elsewhere, which esjax never writes."""
+    if info.st_nlink > 1:
+        raise ConfigError(
+            f"{path}: a hard link (the file has {info.st_nlink} names); esjax writes no file "
+            "that has other names: remove it, and esjax makes its own"
+        )
 
 
 def read_bytes(path: str | Path, limit: int) -> bytes:

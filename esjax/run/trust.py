@@ -17,22 +17,27 @@ another user's key, or over other code names, does not verify here, and nobody c
 without this key. A directory whose seal does not verify and that names code is refused, in one
 line naming that code, before anything is imported, unless the user passes ``--trust-code``
 (``trust_code=True`` from Python). A directory that names only data needs no seal.
+``trust.sig`` is read as data: 64 lowercase hex digits, anything else is no seal.
+
+The key is named by an absolute path only (a relative one would be found from the working
+directory), and a key file others may read or write, or that another user owns, is refused
+in one line: whoever reads it can seal code as this user.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from esjax.envs.suites import names_code
-from esjax.run.files import atomic_write, read_bytes
+from esjax.run.files import atomic_write, open_regular, read_bytes
 from esjax.specs import policy_kinds
 from esjax.specs.config import ConfigError, TaskConfig, to_dict
 
@@ -48,18 +53,32 @@ class UntrustedCode(ConfigError):
 
 
 def key_path() -> Path:
-    """Where this user's trust key lives (see the module's docstring)."""
-    if os.environ.get(KEY_ENV):
-        return Path(os.environ[KEY_ENV]).expanduser()
+    """Where this user's trust key lives (see the module's docstring); one line when
+    ``$ESJAX_TRUST_KEY`` is not an absolute path."""
+    configured = os.environ.get(KEY_ENV)
+    if configured:
+        path = Path(configured).expanduser()
+        if not path.is_absolute():
+            raise ConfigError(
+                f"{KEY_ENV}={configured}: not an absolute path; the trust key is named by an "
+                "absolute path (a relative one would be found in the working directory)"
+            )
+        return path
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base).expanduser() / "esjax" / "trust.key"
 
 
 def _key(create: bool) -> bytes | None:
-    """This user's secret key; made (readable by the user alone) on first use when ``create``."""
+    """This user's secret key; made (readable by the user alone) on first use when ``create``.
+    None where there is none and none can be made (no writable home: nothing is sealed and
+    nothing trusted); a key file others could read or forge is one line."""
     path = key_path()
-    with contextlib.suppress(OSError, ConfigError):
-        return _valid_key(read_bytes(path, 4096))
+    try:
+        return _read_key(path)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return None
     if not create:
         return None
     try:
@@ -76,9 +95,30 @@ def _key(create: bool) -> bytes | None:
             pass
         finally:
             tmp.unlink(missing_ok=True)
-        return _valid_key(read_bytes(path, 4096))
-    except (OSError, ConfigError):  # no writable home: nothing is sealed, nothing trusted
+        return _read_key(path)
+    except OSError:
         return None
+
+
+def _read_key(path: Path) -> bytes | None:
+    """The key in ``path``, refused in one line unless the file is this user's alone."""
+    fd = open_regular(path)
+    try:
+        info = os.fstat(fd)
+        owner = getattr(os, "getuid", lambda: info.st_uid)()
+        if info.st_uid != owner:
+            raise ConfigError(f"{path}: the trust key belongs to another user; esjax uses only "
+                              "a key of your own")  # fmt: skip
+        if info.st_mode & 0o077:
+            raise ConfigError(
+                f"{path}: the trust key can be read or written by others (mode "
+                f"{oct(info.st_mode & 0o777)}), and whoever reads it can seal code as you; "
+                f"make it private (chmod 600 {path})"
+            )
+        data = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    return _valid_key(data)
 
 
 def _valid_key(data: bytes) -> bytes | None:
@@ -99,14 +139,26 @@ def seal(directory: str | Path, kind: str, what: object) -> None:
 
 def is_sealed(directory: str | Path, kind: str, what: object) -> bool:
     """Whether ``directory``'s seal is this user's, over exactly ``what``."""
+    stored = _stored_seal(directory)
+    if stored is None:
+        return False
     key = _key(create=False)
     if key is None:
         return False
+    return hmac.compare_digest(stored, _digest(key, kind, what).encode())
+
+
+# What ``trust.sig`` holds: an HMAC-SHA256 in lowercase hex, and a newline.
+_SEAL_FORM = re.compile(rb"[0-9a-f]{64}\n?")
+
+
+def _stored_seal(directory: str | Path) -> bytes | None:
+    """The seal in ``directory`` when it has exactly the form esjax writes, else None."""
     try:
-        stored = read_bytes(Path(directory) / SEAL, 256).decode("ascii", "replace").strip()
+        data = read_bytes(Path(directory) / SEAL, 128)
     except (OSError, ConfigError):
-        return False
-    return hmac.compare_digest(stored, _digest(key, kind, what))
+        return None
+    return data[:64] if _SEAL_FORM.fullmatch(data) else None
 
 
 def grant(directories: Iterable[str | Path]) -> None:
