@@ -26,7 +26,10 @@ whatever the env returns there (an auto-reset, NaN rewards) never counts. A task
   directory;
 - ``"SUITE:NAME"`` for a suite registered in :mod:`esjax.envs.suites`
   (``"navix:Navix-Empty-5x5-v0"``), imported only when named; its adapter module is a
-  :class:`SuiteAdapter`.
+  :class:`SuiteAdapter`. A registered suite's name before the colon always means the suite,
+  even where a package of that name exists: a factory of such a package is named through one
+  of its modules (``"navix.MODULE:make"``) or its file. When the suite has no env ``NAME``
+  and the package has a factory ``NAME``, the ambiguity is refused in one line saying so.
 """
 
 from __future__ import annotations
@@ -234,7 +237,26 @@ def _suite_env(suite_name: str, env_name: str, kwargs: dict[str, Any]) -> tuple[
         )
     adapter: SuiteAdapter = suites.adapter(suite_name)
     _check_arguments(adapter.make, "make", adapter.__name__, SuiteAdapter)
-    return adapter.make(env_name, kwargs)
+    try:
+        return adapter.make(env_name, kwargs)
+    except ConfigError as error:
+        _refuse_hidden_factory(suite, env_name, error)
+        raise
+
+
+def _refuse_hidden_factory(suite: Suite, env_name: str, error: ConfigError) -> None:
+    """One line when ``SUITE:NAME`` failed as the suite's env and the suite's package, named
+    like the suite, has a factory ``NAME``: the name reads as the suite's (the rule), but the
+    user evidently meant the package's. Only the package the adapter imported is looked at."""
+    package = sys.modules.get(suite.package) if suite.package == suite.name else None
+    factory = getattr(package, env_name, None) if env_name.isidentifier() else None
+    if callable(factory):
+        raise ConfigError(
+            f"{suite.name}:{env_name}: {suite.name!r} before the colon is the {suite.name} "
+            f"suite, which has no env {env_name!r} ({error}); the {suite.package} package's "
+            f"factory {env_name!r} is named through its module ('{suite.package}.MODULE:"
+            f"{env_name}') or its file ('path/to/file.py:{env_name}')"
+        ) from None
 
 
 def check_env(made: Any, name: str) -> tuple[Env, EnvParams]:
