@@ -11,6 +11,8 @@ A run directory holds::
     summary.json           written when the run finishes (removed while a resume extends it)
     target.json            the generations a resume asked for, when it asked for any
     run.lock               locked (``flock``) by the process writing the run; holds its PID
+    code.json, trust.sig   the files of the code the run names, and the seal over them
+                           (:mod:`esjax.run.codefiles`, :mod:`esjax.run.trust`)
 
 Binary files are msgpack (``flax.serialization``), never pickle, wrapped with a SHA-256 of
 their payload so a torn or edited file is refused rather than half-loaded. Every file is
