@@ -2,8 +2,11 @@
 trusted, follows a link or is read unbounded, and every malformed field is one line, exit 2.
 
 Each repro of the issue is a test here, on copies of one real tiny cartpole run with one file
-edited. Commands run in this process (:func:`cli`), so an exception that escapes the command
-line's error handling fails the test as the traceback a user would see; the fuzz test is in
+edited; so are those of the seal's later issues: memory bounded by the run's own shapes, no
+write through a hard link, the seal read as data and its key kept private, and the seal
+covering what runs (the task and code files a run or sweep recorded when it was made).
+Commands run in this process (:func:`cli`), so an exception that escapes the command line's
+error handling fails the test as the traceback a user would see; the fuzz test is in
 ``test_run_fuzz.py``.
 """
 
@@ -15,6 +18,7 @@ import io
 import json
 import os
 import shutil
+import sys
 import textwrap
 from pathlib import Path
 
@@ -165,6 +169,7 @@ def test_a_run_made_here_with_its_own_env_file_needs_no_flag(tmp_path):
     # The same run copied to another user (another key) is foreign there.
     other = tmp_path / "other.key"
     other.write_text("f" * 64)
+    other.chmod(0o600)
     os.environ[trust.KEY_ENV], saved = str(other), os.environ[trust.KEY_ENV]
     try:
         assert_one_line(*cli("eval", out), "mine.py:make")
@@ -291,6 +296,8 @@ def test_a_sweeps_task_path_that_is_a_fifo_is_refused_not_waited_on(made_sweep, 
     os.mkfifo(fifo)
     record = json.loads((sweep_dir / "sweep.json").read_text())
     record["spec"]["task"] = str(fifo)
+    for recorded in ("task_table", "task_name", "task_source"):  # a sweep from before these
+        del record["spec"][recorded]
     (sweep_dir / "sweep.json").write_text(json.dumps(record))
     assert_one_line(*cli("sweep", "--resume", "--out", sweep_dir), "task.toml")
 
@@ -464,3 +471,343 @@ def test_the_parsers_refuse_what_they_cannot_bound(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(ConfigError, match="not a regular file"):
         read_json(fifo, 100)  # refused at once: a FIFO's open would wait for a writer
+
+
+# ---------------------------------------------------------------------------- memory: bounded by
+# what the run's own shapes imply, and by what a figure draws
+
+
+def test_a_huge_checkpoint_is_refused_by_what_the_runs_state_holds(run):
+    """Bounded by the run's own shapes, before a byte is read (not by the machine's memory)."""
+    for name in (runs.CHECKPOINT, runs.PREV_CHECKPOINT):
+        if (run / name).exists():
+            with (run / name).open("r+b") as handle:
+                handle.truncate(256 * 2**20)  # sparse
+    code, output = cli("evolve", "--resume", "--generations", "3", "--out", run)
+    assert_one_line(code, output, "checkpoint.msgpack", "more than such a file can be")
+
+
+def test_a_policy_is_bounded_by_its_tasks_shapes_not_by_the_configs_claim(run):
+    edit = json.loads((run / runs.CONFIG).read_text())
+    edit["num_dims"] = 2**31 - 1
+    (run / runs.CONFIG).write_text(json.dumps(edit))
+    with (run / "final_policy.msgpack").open("r+b") as handle:
+        handle.truncate(64 * 2**20)  # sparse: a policy of 16 M parameters, for 2 inputs
+    assert_one_line(*cli("eval", run), "final_policy.msgpack", "more than such a file can be")
+
+
+def test_metrics_are_read_as_a_stream_kept_as_much_as_a_figure_draws(run, tmp_path):
+    """30,000 rows are drawn from the few a figure needs: memory follows the figure."""
+    import tracemalloc
+
+    from esjax.analysis import plotting
+
+    rows = "".join(
+        json.dumps({"generation": g, "env_steps": g, "fitness_mean": 1.0, "fitness_best": 2.0,
+                    "eval_return": 3.0 if g % 10 == 0 else None}) + "\n"
+        for g in range(1, 30_001)
+    )  # fmt: skip
+    (run / runs.METRICS).write_text(rows)
+    tracemalloc.start()
+    try:
+        kept = plotting.curve_rows(run, seeds=1, points=64)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    training = [row["generation"] for row in kept if "fitness_mean" in row]
+    evaluations = [row["generation"] for row in kept if "eval_return" in row]
+    assert len(training) <= 65 and len(evaluations) <= 65
+    assert training[0] == 1 and training[-1] == 30_000  # the whole run, thinned
+    assert evaluations[0] == 10 and evaluations[-1] == 30_000
+    assert peak < 4 * 2**20, peak  # the rows alone take about 15 MB
+    code, output = cli("plot", run)
+    assert code == 0, output
+
+
+# ---------------------------------------------------------------------------- hard links, the seal
+# read as data, the trust key
+
+
+def test_a_hard_linked_lock_or_metrics_file_is_never_written_through(run, tmp_path):
+    notes = tmp_path / "outside" / "notes.txt"
+    notes.write_text("my notes\n")
+    (run / runs.LOCK).unlink()
+    os.link(notes, run / runs.LOCK)
+    assert_one_line(*cli("evolve", "--resume", "--out", run), "hard link")
+    assert_one_line(*cli("evolve", "cartpole", "--overwrite", "--out", run), "hard link")
+    assert notes.read_text() == "my notes\n"
+    (run / runs.LOCK).unlink()
+    kept = tmp_path / "outside" / "kept.txt"  # a hard link under a name esjax does not write
+    kept.write_text("kept\n")
+    os.link(kept, run / "kept.txt")
+    os.link(notes, run / "linked.jsonl")
+    (run / runs.METRICS).unlink()
+    os.link(notes, run / runs.METRICS)
+    from esjax.run.files import append_bytes
+
+    with pytest.raises(ConfigError, match="hard link"):
+        append_bytes(run / "linked.jsonl", b"{}\n")
+    code, output = cli("evolve", "--resume", "--generations", "3", "--out", run)
+    assert code == 0, output
+    assert notes.read_text() == "my notes\n" and kept.read_text() == "kept\n"
+
+
+@pytest.mark.parametrize("sig", [b"\xc3\xa9" * 32 + b"\n", b"g" * 64, b"ab" * 100, b""])
+def test_a_malformed_seal_is_no_seal(run, tmp_path, sig):
+    """trust.sig is read as data: anything but 64 hex digits is 'not sealed', one line."""
+    marker = tmp_path / "outside" / "ran"
+    edit_config(run, env=f"{evil_file(run, marker)}:make", env_kwargs={})
+    (run / trust.SEAL).write_bytes(sig)
+    assert_one_line(*cli("eval", run), "evil.py:make", "--trust-code")
+    assert not marker.exists()
+
+
+def test_the_trust_key_is_named_by_an_absolute_path_and_kept_private(made, tmp_path):
+    """A relative ESJAX_TRUST_KEY would be found in the working directory: inside a folder
+    holding a run sealed with its own trust.key, that run's code would run."""
+    attacker = tmp_path / "attacker"
+    attacker.mkdir()
+    key = attacker / "trust.key"
+    key.write_text("a" * 64)
+    key.chmod(0o600)
+    run = attacker / "run"
+    shutil.copytree(made, run, symlinks=True)
+    marker = tmp_path / "ran"
+    edit_config(run, env=f"{evil_file(attacker, marker)}:make", env_kwargs={})
+    saved = os.environ[trust.KEY_ENV]
+    try:
+        os.environ[trust.KEY_ENV] = str(key)
+        trust.seal_run(run, runs.read_run_config(run).task)  # sealed with the attacker's key
+        os.environ[trust.KEY_ENV] = "trust.key"
+        with contextlib.chdir(attacker):
+            assert_one_line(*cli("eval", "run"), "ESJAX_TRUST_KEY=trust.key", "absolute")
+        assert not marker.exists()
+        os.environ[trust.KEY_ENV] = str(key)
+        key.chmod(0o644)
+        assert_one_line(*cli("eval", run), "read or written by others", "chmod 600")
+        key.chmod(0o600)
+        owner = os.getuid() + 1
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(os, "getuid", lambda: owner)
+            assert_one_line(*cli("eval", run), "belongs to another user")
+    finally:
+        os.environ[trust.KEY_ENV] = saved
+    assert not marker.exists()
+
+
+# ---------------------------------------------------------------------------- the seal covers
+# what runs: the task and the code files a run or sweep recorded when it was made.
+
+OWN = """
+import gymnax
+def make(**kwargs):
+    return gymnax.make("CartPole-v1")
+"""
+
+
+def fresh_process(*modules: str, folders: tuple[Path, ...] = ()) -> None:
+    """What a new process would have: none of the users' code loaded (the test process loads
+    each run's), and none of their folders on the import path."""
+    from esjax.engine.tasks import forget_shared_rollouts
+    from esjax.envs import usercode
+    from esjax.run import training
+
+    usercode._PROVIDED.clear()
+    usercode._LOADED.clear()
+    forget_shared_rollouts()  # rollouts hold the envs their code made
+    training._ENGINES.clear()
+    for name in modules:
+        sys.modules.pop(name, None)
+    for folder in folders:
+        while str(folder) in sys.path:
+            sys.path.remove(str(folder))
+
+
+@pytest.fixture(scope="module")
+def made_own(tmp_path_factory):
+    """``(run, project folder)``: a run of the user's own module ``own_env`` (found in the
+    working directory, as the ``esjax`` script finds it), made from its project folder."""
+    project = tmp_path_factory.mktemp("project")
+    (project / "own_env.py").write_text(OWN)
+    (project / "own.toml").write_text('env = "own_env:make"\nepisode_length = 16\n'
+                                      "test_episodes = 4\n")  # fmt: skip
+    out = tmp_path_factory.mktemp("own") / "run"
+    with contextlib.chdir(project):
+        evolve("own.toml", generations=1, popsize=8, out=out)
+    fresh_process("own_env", folders=(project,))
+    return out, project
+
+
+def test_a_module_found_in_the_working_directory_runs_from_its_file_from_anywhere(
+    made_own, tmp_path, monkeypatch
+):
+    """The run recorded ``own_env``'s file: evaluated from another folder it runs that file
+    (it used to be 'no module named'), and a folder holding an own_env.py of its own runs
+    nothing of it."""
+    run, project = made_own
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    fresh_process("own_env", folders=(project,))
+    code, output = cli("eval", run, "--episodes", "2", "--json")
+    assert code == 0, output
+    marker = tmp_path / "outside" / "ran"
+    (tmp_path / "outside").mkdir()
+    evil_file(tmp_path, marker, "own_env.py")
+    monkeypatch.chdir(tmp_path)
+    fresh_process("own_env", folders=(project,))
+    code, output = cli("eval", run, "--episodes", "2", "--json")
+    assert code == 0, output
+    assert not marker.exists()
+    recorded = str((project / "own_env.py").resolve())
+    assert sys.modules["own_env"].__file__ == recorded
+    assert json.loads((run / "code.json").read_text())["code"]["own_env"]["file"] == recorded
+    fresh_process("own_env", folders=(project,))
+
+
+def test_a_run_from_before_code_was_recorded_reads_back_and_its_resume_records_it(
+    made_own, tmp_path, monkeypatch
+):
+    """An older run (sealed over its code's names, no code.json) evaluates as it did; its
+    first resume records its code's file, which then runs from any folder."""
+    run = tmp_path / "run"
+    shutil.copytree(made_own[0], run, symlinks=True)
+    project = made_own[1]
+    (run / "code.json").unlink()
+    trust.seal(run, "run", trust.run_code(runs.read_run_config(run).task))  # as sealed before
+    monkeypatch.chdir(project)
+    fresh_process("own_env", folders=(project,))
+    code, output = cli("eval", run, "--episodes", "2")
+    assert code == 0, output
+    code, output = cli("evolve", "--resume", "--out", run, "--generations", "2")
+    assert code == 0, output
+    recorded = json.loads((run / "code.json").read_text())["code"]["own_env"]["file"]
+    assert recorded == str((project / "own_env.py").resolve())
+    monkeypatch.chdir(tmp_path)
+    fresh_process("own_env", folders=(project,))
+    code, output = cli("eval", run, "--episodes", "2")
+    assert code == 0, output
+    fresh_process("own_env", folders=(project,))
+
+
+def test_a_sweep_resumed_from_another_folder_runs_its_own_task(made_sweep, tmp_path, monkeypatch):
+    """A sweep made from ``sw.toml`` in the user's project keeps that task's table: resumed
+    from a folder (a clone) with an ``sw.toml`` of its own, that file is never read."""
+    sweep_dir = tmp_path / "sweep"
+    shutil.copytree(made_sweep, sweep_dir, symlinks=True)
+    record = json.loads((sweep_dir / "sweep.json").read_text())
+    record["spec"]["task"] = "sw.toml"  # as made by `esjax sweep sw.toml` in the project
+    (sweep_dir / "sweep.json").write_text(json.dumps(record))
+    trust.seal_sweep(sweep_dir, record["spec"])
+    clone, marker = tmp_path / "clone", tmp_path / "outside" / "ran"
+    clone.mkdir()
+    (tmp_path / "outside").mkdir()
+    evil = evil_file(clone, marker)
+    (clone / "sw.toml").write_text(f'env = "{evil}:make"\nepisode_length = 16\n')
+    monkeypatch.chdir(clone)
+    code, output = cli("sweep", "--resume", "--out", sweep_dir)
+    assert code == 0, output
+    assert not marker.exists()
+
+
+def test_a_sweeps_task_changed_after_the_check_is_not_what_runs(made_sweep, tmp_path, monkeypatch):
+    """The race: a task file that names only data while the trust check reads it, and code
+    right after. The sweep reads it once; what it checked is what it runs."""
+    from esjax.specs import presets
+
+    sweep_dir = tmp_path / "sweep"
+    shutil.copytree(made_sweep, sweep_dir, symlinks=True)
+    (sweep_dir / trust.SEAL).unlink()  # not this user's: only a task naming data may run
+    task = tmp_path / "race.toml"
+    task.write_text((presets.preset_dir("task") / "cartpole.toml").read_text())
+    record = json.loads((sweep_dir / "sweep.json").read_text())
+    record["spec"]["task"] = str(task)
+    for recorded in ("task_table", "task_name", "task_source"):  # a sweep from before these
+        record["spec"].pop(recorded, None)
+    (sweep_dir / "sweep.json").write_text(json.dumps(record))
+    marker = tmp_path / "ran"
+    evil = evil_file(tmp_path, marker)
+    checked = trust.check_sweep
+
+    def then_swapped(*args, **kwargs):
+        found = checked(*args, **kwargs)
+        task.write_text(f'env = "{evil}:make"\nepisode_length = 16\ntest_episodes = 4\n')
+        return found
+
+    monkeypatch.setattr(trust, "check_sweep", then_swapped)
+    code, output = cli("sweep", "--resume", "--out", sweep_dir)
+    assert code in (0, 2), output
+    assert not marker.exists()
+
+
+def test_an_edited_env_file_is_refused_once_then_sealed_again_by_trust_code(tmp_path):
+    """The seal covers the code's content: an edited env file is one line naming it, until
+    --trust-code takes it and seals it again; no flag is needed after."""
+    marker = tmp_path / "ran"
+    env = tmp_path / "mine.py"
+    env.write_text(OWN)
+    task = tmp_path / "mine.toml"
+    task.write_text(f'env = "{env}:make"\nepisode_length = 16\ntest_episodes = 4\n')
+    out = tmp_path / "run"
+    evolve(str(task), generations=1, popsize=8, out=out)
+    fresh_process()
+    env.write_text(OWN + f"\nimport pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n")
+    assert_one_line(*cli("eval", out), f"{env.resolve()} has changed", "--trust-code")
+    assert not marker.exists()
+    code, output = cli("eval", out, "--trust-code", "--episodes", "2")
+    assert code == 0, output
+    assert marker.exists()
+    marker.unlink()
+    fresh_process()
+    code, output = cli("evolve", "--resume", "--out", out, "--generations", "2")
+    assert code == 0, output
+    assert marker.exists()  # the new content, sealed by this user's --trust-code
+
+
+def test_an_exception_while_importing_a_users_code_is_one_line(tmp_path, monkeypatch):
+    """At the env door and the policy door alike: one line naming the code, exit 2."""
+    (tmp_path / "broken_env.py").write_text("raise RuntimeError('the env module broke')\n")
+    (tmp_path / "broken_policy.py").write_text("import no_such_dependency_here\n")
+    env_task = tmp_path / "env.toml"
+    env_task.write_text('env = "broken_env:make"\nepisode_length = 16\n')
+    policy_task = tmp_path / "policy.toml"
+    policy_task.write_text('env = "CartPole-v1"\n[policy]\nkind = "broken_policy.py:make"\n')
+    monkeypatch.chdir(tmp_path)
+    code, output = cli("evolve", env_task, "--out", tmp_path / "a")
+    assert_one_line(code, output, "broken_env:make", "RuntimeError: the env module broke")
+    code, output = cli("evolve", policy_task, "--out", tmp_path / "b")
+    assert_one_line(code, output, "broken_policy.py:make", "no_such_dependency_here")
+    assert "Traceback" not in output
+    sys.modules.pop("broken_env", None)
+
+
+def test_the_repros_from_the_console_script(made_sweep, tmp_path):
+    """The seal's repros as a user types them: a sweep resumed from a clone with its own
+    sw.toml, a hard-linked run.lock, a malformed trust.sig."""
+    from test_cli import assert_clean_error
+    from test_cli import esjax as script
+
+    sweep_dir = tmp_path / "sweep"
+    shutil.copytree(made_sweep, sweep_dir, symlinks=True)
+    record = json.loads((sweep_dir / "sweep.json").read_text())
+    record["spec"]["task"] = "sw.toml"
+    (sweep_dir / "sweep.json").write_text(json.dumps(record))
+    trust.seal_sweep(sweep_dir, record["spec"])
+    clone, marker = tmp_path / "clone", tmp_path / "ran"
+    clone.mkdir()
+    evil = evil_file(clone, marker)
+    (clone / "sw.toml").write_text(f'env = "{evil}:make"\nepisode_length = 16\n')
+    done = script("sweep", "--resume", "--out", sweep_dir, cwd=clone)
+    assert done.returncode == 0, done.stderr
+    assert not marker.exists()
+    run = sweep_dir / record["configurations"][0]["run_dir"]
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    (run / runs.LOCK).unlink()
+    os.link(notes, run / runs.LOCK)
+    assert_clean_error(script("evolve", "--resume", "--out", run, cwd=tmp_path), "hard link")
+    assert notes.read_text() == "my notes\n"
+    edit_config(run, env=f"{evil}:make")
+    (run / trust.SEAL).write_bytes(b"\xff" * 64)
+    assert_clean_error(script("eval", run, cwd=tmp_path), "--trust-code")
+    assert not marker.exists()

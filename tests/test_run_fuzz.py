@@ -3,7 +3,9 @@ command that reads a run.
 
 Mutations: a JSON field (or a metrics row's field) set to another type, a huge or negative
 number, NaN, a deep nesting, or deleted; a file deleted, truncated, or replaced by a link to a
-file or folder outside the run, to ``/dev/zero`` or to nothing. For each, every command must exit
+file or folder outside the run, to ``/dev/zero`` or to nothing, or by a hard link to a file
+outside the run (which ``O_NOFOLLOW`` cannot see: holding esjax's bytes, or another file's).
+For each, every command must exit
 0 or 2 without a traceback, touch nothing outside the run, and leave the run's own files as
 they were unless the command writes them. Examples are derandomized and bounded, so the test
 takes the same (small) time on every machine; there is no timed assert.
@@ -83,7 +85,7 @@ def dumped(document) -> str:
 
 def mutate(run: Path, outside: Path, data) -> str:
     """Apply one drawn mutation to ``run``; a description for the failure message."""
-    kind = data.draw(st.sampled_from(["json", "metrics", "binary", "link", "delete"]))
+    kind = data.draw(st.sampled_from(["json", "metrics", "binary", "link", "hardlink", "delete"]))
     if kind in ("json", "metrics"):
         name = runs.METRICS if kind == "metrics" else data.draw(st.sampled_from(JSON_FILES))
         path = run / name
@@ -107,6 +109,13 @@ def mutate(run: Path, outside: Path, data) -> str:
             content[cut % len(content)] ^= 0xFF
         path.write_bytes(bytes(content))
         return f"{name}: {'byte flipped' if flip else 'cut'} at {cut}"
+    if kind == "hardlink":  # the run's own bytes (or another file's) under a second name outside
+        shared = outside / f"shared-{name}"
+        own = data.draw(st.booleans()) and path.is_file()
+        shared.write_bytes(path.read_bytes() if own else b"not esjax's")
+        path.unlink(missing_ok=True)
+        os.link(shared, path)
+        return f"{name} hard-linked to {'a copy of it' if own else 'another file'} outside"
     path.unlink(missing_ok=True)
     if kind == "link":
         to = data.draw(st.sampled_from(LINKS))

@@ -138,6 +138,34 @@ def test_an_adapter_whose_make_takes_other_arguments_is_one_line(toy, monkeypatc
         make_env("toy:Walk")
 
 
+def test_a_suite_named_like_its_package_never_hides_the_packages_factory(tmp_path, monkeypatch):
+    """``SUITE:NAME`` is the suite's env (the rule README states); where the suite has no env
+    NAME and its package, named like it, has a factory NAME, the line says how to name that
+    factory instead of reading it silently as an env the suite lacks."""
+    (tmp_path / "walkers.py").write_text(
+        "import gymnax\ndef make():\n    return gymnax.make('CartPole-v1')\n"
+    )
+    (tmp_path / "walkers_suite.py").write_text(
+        "import importlib\n"
+        "from esjax.envs.suites import Suite\n"
+        "from esjax.specs.config import ConfigError\n"
+        "SUITE = Suite('walkers', 'walkers', 'walkers', 'walkers:Walk', 'a suite of walkers')\n"
+        "def make(name, kwargs):\n"
+        "    importlib.import_module('walkers')  # as an adapter imports its suite\n"
+        "    raise ConfigError(f'walkers has no env {name!r}; its envs: Walk')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(suites, "SUITE_MODULES", (*suites.SUITE_MODULES, "walkers_suite"))
+    monkeypatch.delitem(sys.modules, "walkers", raising=False)
+    with pytest.raises(ConfigError, match=r"^[^\n]*$") as error:
+        make_env("walkers:make")
+    assert "'walkers' before the colon is the walkers suite" in str(error.value)
+    assert "'walkers.MODULE:make'" in str(error.value)
+    with pytest.raises(ConfigError, match=r"walkers has no env 'Run'; its envs: Walk$"):
+        make_env("walkers:Run")  # no factory of that name: the suite's own line, unchanged
+    sys.modules.pop("walkers", None)
+
+
 def _cli(*args: object) -> str:
     """``esjax ARGS`` in this process (so the registry replaced here holds); its stdout."""
     from esjax.cli.main import app

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from esjax.run.files import save_figure
-from esjax.run.runs import load_metrics, read_run_config
-from esjax.specs.config import RunConfig
+from esjax.run.runs import METRICS, iter_metrics, read_run_config
+from esjax.specs.config import ConfigError, RunConfig
 from esjax.specs.stats import half_widths
 
 X_AXES = {"generations": "generation", "env_steps": "env_steps", "wall_s": "wall_s"}
@@ -192,13 +192,72 @@ def _line_style_legend(ax_train: Any) -> None:
 
 
 # ---------------------------------------------------------------------------- run directories
+# The most rows a figure keeps of each seed's training curve, and as many of its evaluations:
+# a figure is a few hundred pixels wide, and a run may hold millions of generations.
+CURVE_POINTS = 2048
+# The fields a figure (and a sweep's summary) reads of a row.
+_DRAWN = ("generation", "env_steps", "wall_s", "seed")
+_TRAINING = ("fitness_mean", "fitness_best")
+_EVALUATION = ("eval_return",)
+
+
+class _Thinned:
+    """Every ``stride``-th of the rows seen, ``stride`` doubling whenever more than ``most``
+    are kept, and the last row: a curve's shape in at most ``most + 1`` rows, however long.
+    Seeds of one run see the same rows, so they keep the same generations."""
+
+    def __init__(self, most: int):
+        self.most, self.stride, self.seen = most, 1, 0
+        self.kept: list[tuple[int, dict[str, Any]]] = []
+        self.last: tuple[int, dict[str, Any]] | None = None
+
+    def add(self, row: dict[str, Any]) -> None:
+        if self.seen % self.stride == 0:
+            self.kept.append((self.seen, row))
+            if len(self.kept) > self.most:
+                self.stride *= 2
+                self.kept = [(i, r) for i, r in self.kept if i % self.stride == 0]
+        self.last = (self.seen, row)
+        self.seen += 1
+
+    def rows(self) -> list[dict[str, Any]]:
+        rows = [row for _, row in self.kept]
+        if self.last is not None and (not self.kept or self.kept[-1][0] != self.last[0]):
+            rows.append(self.last[1])
+        return rows
+
+
+def curve_rows(run_dir: str | Path, seeds: int, points: int = CURVE_POINTS) -> list[dict]:
+    """The rows of a run's ``metrics.jsonl`` a figure draws, read as a stream: per seed, at
+    most ``points`` (and the last) of its training rows and as many of its evaluations, each
+    with only the fields drawn. Memory follows the figure, not the file; rows of more seeds
+    than the run's ``seeds`` are one line."""
+    path = Path(run_dir) / METRICS
+    curves: dict[Any, tuple[_Thinned, _Thinned]] = {}
+    for row in iter_metrics(run_dir):
+        seed = row.get("seed", 0)
+        if seed not in curves:
+            if len(curves) >= seeds:
+                raise ConfigError(f"{path}: rows of more seeds than the run's {seeds}")
+            curves[seed] = (_Thinned(points), _Thinned(points))
+        training, evaluation = curves[seed]
+        training.add(_fields(row, _TRAINING))
+        if row.get("eval_return") is not None:
+            evaluation.add(_fields(row, _EVALUATION))
+    return [row for pair in curves.values() for thinned in pair for row in thinned.rows()]
+
+
+def _fields(row: Mapping[str, Any], drawn: Sequence[str]) -> dict[str, Any]:
+    return {key: row[key] for key in (*_DRAWN, *drawn) if key in row}
+
+
 def group_runs(run_dirs: Sequence[str | Path]) -> list[Group]:
     """Runs whose configs differ only in seed or length form one group, in order of appearance."""
     keyed: dict[str, list[tuple[Path, RunConfig, Rows]]] = {}
     for run in map(Path, run_dirs):
         config = read_run_config(run)
         key = json.dumps(config.identity(), sort_keys=True, default=str)
-        keyed.setdefault(key, []).append((run, config, load_metrics(run)))
+        keyed.setdefault(key, []).append((run, config, curve_rows(run, config.seeds)))
     labels = [config_label(members[0][1]) for members in keyed.values()]
     groups = []
     for label, members in zip(labels, keyed.values(), strict=True):

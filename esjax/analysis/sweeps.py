@@ -18,7 +18,7 @@ import itertools
 import json
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,20 +27,20 @@ import numpy as np
 
 from esjax.analysis.plotting import (
     Group,
+    curve_rows,
     plot_grid,
     plot_groups,
     plot_runs,
     solved_return_of,
-    split_seeds,
 )
-from esjax.run import runs, trust
+from esjax.run import codefiles, runs, trust
 from esjax.run.files import MIB, read_json
 from esjax.run.lifecycle import Run, RunInUse, RunLock, StopSignals, backend_modules, remove_written
 from esjax.run.loop import drive
 from esjax.run.trackers import RunLogger, check_backends
 from esjax.run.training import Interrupted, check_memory, complete_sizes, engine_for, resolve_config
-from esjax.specs.config import ConfigError, RunConfig, changed_keys, parse_override
-from esjax.specs.presets import MISSING_TASK, load_task
+from esjax.specs.config import ConfigError, RunConfig, TaskConfig, changed_keys, parse_override
+from esjax.specs.presets import MISSING_TASK, TaskTable, load_task, read_table, recorded_table
 from esjax.specs.stats import interval_bounds
 
 if TYPE_CHECKING:  # for type hints only: both import evosax, which starts JAX's backend
@@ -181,11 +181,15 @@ def sweep(
     if spec["task"] is None:
         raise ConfigError(MISSING_TASK)
     grid = configurations(spec["vary"])
+    table = _task_table(spec)  # read once: whatever is checked below is what runs
+    records: codefiles.Records | None = None
     if resume:  # before any task is resolved: resolving makes the env
-        tasks = [load_task(spec["task"], [*spec["overrides"], *c.overrides])[1] for c in grid]
         assert out is not None  # _resumed_spec refuses a resume without it
-        trust.check_sweep(out, spec, tasks, trust_code)
-    resolved = _resolve_all(spec, grid)  # every configuration is valid before anything compiles
+        records = _check_resumed(Path(out), spec, grid, table, trust_code)
+    resolved = _resolve_all(spec, grid, table)  # every configuration is valid before compiling
+    if not resume:
+        records = codefiles.capture(config.task for config in resolved)
+    recorded = _recorded_spec(spec, table, records)
     sweep_dir = Path(out) if out is not None else _default_dir(spec["task"])
     if not resume:
         if sweep_dir.exists() and not sweep_dir.is_dir():
@@ -199,8 +203,12 @@ def sweep(
     try:
         if not resume:
             _prepare(sweep_dir, overwrite)
-            runs.write_json(sweep_dir / SWEEP, {"spec": spec, "configurations": []})
-            trust.seal_sweep(sweep_dir, spec)
+            runs.write_json(sweep_dir / SWEEP, {"spec": recorded, "configurations": []})
+        elif recorded != spec:  # recorded now: a sweep from before, or code taken as it is now
+            runs.write_json(sweep_dir / SWEEP, {**read_record(sweep_dir), "spec": recorded})
+        if not resume or recorded != spec:
+            trust.seal_sweep(sweep_dir, recorded)
+        spec = recorded
         _run_unfinished(sweep_dir, grid, resolved, log, on_progress, on_configuration)
         record = summarize(sweep_dir, grid, spec)
         runs.write_json(sweep_dir / SWEEP, record)
@@ -235,6 +243,73 @@ def _resumed_spec(out: str | Path | None, given: dict[str, Any]) -> dict[str, An
     return spec
 
 
+def _task_table(spec: dict[str, Any]) -> TaskTable:
+    """The sweep's task: the table its spec recorded, else (a sweep from before tables were
+    recorded, or a new one) its preset or file, read now, once."""
+    if isinstance(spec.get("task_table"), dict):
+        return TaskTable(spec["task_name"], spec["task_table"], spec["task_source"])
+    return read_table(spec["task"])
+
+
+def _recorded_spec(
+    spec: dict[str, Any], table: TaskTable, records: codefiles.Records | None
+) -> dict[str, Any]:
+    """``spec`` with what the sweep runs recorded in it (sealed with it): its task's table,
+    code paths absolute, and the files of the code it names with their digests."""
+    source = spec.get("task_source")
+    if source is None:  # made now: the task file's absolute path, or the preset's name
+        source = str(Path(table.source).resolve()) if Path(table.source).is_file() else table.source
+    recorded = {
+        **spec,
+        "task_name": table.name,
+        "task_source": source,
+        "task_table": recorded_table(table),
+    }
+    recorded.pop("code", None)
+    if records:
+        recorded["code"] = codefiles.records_json(records)
+    try:
+        json.dumps(recorded)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{spec['task']}: the task holds a value JSON cannot store") from None
+    return recorded
+
+
+def _check_resumed(
+    sweep_dir: Path,
+    spec: dict[str, Any],
+    grid: Sequence[Configuration],
+    table: TaskTable,
+    trust_code: bool,
+) -> codefiles.Records | None:
+    """Refuse, before anything is imported, code the user has not trusted; make the recorded
+    files what runs. Returns the records of what will run."""
+    tasks = [load_task(table, [*spec["overrides"], *c.overrides]).task for c in grid]
+    records = trust.check_sweep(sweep_dir, spec, tasks, trust_code)
+    if "task_table" not in spec and not trust.granted(sweep_dir):
+        _check_legacy_code(sweep_dir, grid, tasks)
+    return records
+
+
+def _check_legacy_code(
+    sweep_dir: Path, grid: Sequence[Configuration], tasks: Sequence[TaskConfig]
+) -> None:
+    """A sweep from before tasks were recorded names its task by path, found from wherever it
+    is resumed: the code that task names must be the code its runs were made with."""
+    for configuration, task in zip(grid, tasks, strict=True):
+        run_dir = configuration_dir(sweep_dir, configuration.name)
+        if not runs.is_run_dir(run_dir):
+            continue
+        made = trust.code_names([runs.read_run_config(run_dir).task])
+        now = trust.code_names([task])
+        if made != now:
+            raise ConfigError(
+                f"{run_dir}: the sweep's task names other code now ({', '.join(now) or 'none'}) "
+                f"than this run was made with ({', '.join(made) or 'none'}); resume it from "
+                "where it was made, or pass --trust-code"
+            )
+
+
 def _check_runs_unchanged(
     sweep_dir: Path, grid: Sequence[Configuration], resolved: Sequence[RunConfig]
 ) -> None:
@@ -260,12 +335,15 @@ def _check_runs_unchanged(
             )
 
 
-def _resolve_all(spec: dict[str, Any], grid: Sequence[Configuration]) -> list[RunConfig]:
-    """Every configuration's resolved config: the shared arguments plus its own overrides."""
+def _resolve_all(
+    spec: dict[str, Any], grid: Sequence[Configuration], table: TaskTable
+) -> list[RunConfig]:
+    """Every configuration's resolved config: the shared arguments plus its own overrides,
+    each parsed from the one task table the sweep read."""
     shared = {k: spec[k] for k in ("strategy", "popsize", "generations", "rollouts")}
     return [
         resolve_config(
-            spec["task"],
+            table,
             **shared,
             seed=spec["seed"],
             seeds=spec["seeds"],
@@ -381,7 +459,22 @@ def read_spec(sweep_dir: str | Path) -> dict[str, Any]:
         value = spec.get(key)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
             raise ConfigError(f"{path}: spec: {key} is not an integer")
+    _check_recorded(spec, path)
     return spec
+
+
+def _check_recorded(spec: dict[str, Any], path: Path) -> None:
+    """What a sweep records of its task and code, each of its kind (or all absent: a sweep
+    made before they were recorded)."""
+    recorded = ("task_table", "task_name", "task_source")
+    if not any(key in spec for key in recorded) and "code" not in spec:
+        return
+    if not isinstance(spec.get("task_table"), dict):
+        raise ConfigError(f"{path}: spec: task_table is not a task's table")
+    if not all(isinstance(spec.get(key), str) for key in recorded[1:]):
+        raise ConfigError(f"{path}: spec: task_name and task_source are not names")
+    if "code" in spec:
+        codefiles.records_from_json(spec["code"], f"{path}: spec: code")
 
 
 def configuration_dir(sweep_dir: Path, name: object) -> Path:
@@ -537,19 +630,26 @@ def interval(values: Sequence[float | None]) -> dict[str, float | None]:
     return interval_bounds(values, 0.95)
 
 
-def steps_to_threshold(rows: Sequence[dict[str, Any]], threshold: float | None) -> list:
-    """Per seed, env steps at the first evaluation reaching ``threshold`` (None: never)."""
+def steps_to_threshold(
+    rows: Iterable[dict[str, Any]], threshold: float | None, seeds: int | None = None
+) -> list:
+    """Per seed (in seed order), env steps at the first evaluation reaching ``threshold``
+    (None: never). One pass over ``rows``, which may be a stream (:func:`esjax.run.runs.
+    iter_metrics`); rows of more than ``seeds`` seeds are one line."""
     if threshold is None:
         return []
-    out = []
-    for seed_rows in split_seeds(rows):
-        hits = [
-            int(r["env_steps"])
-            for r in seed_rows
-            if r.get("eval_return") is not None and r["eval_return"] >= threshold
-        ]
-        out.append(min(hits) if hits else None)
-    return out
+    first: dict[Any, int | None] = {}
+    for row in rows:
+        seed = row.get("seed", 0)
+        if seed not in first:
+            if seeds is not None and len(first) >= seeds:
+                raise ConfigError(f"metrics: rows of more seeds than the run's {seeds}")
+            first[seed] = None
+        value = row.get("eval_return")
+        if value is not None and value >= threshold:
+            steps, earlier = int(row["env_steps"]), first[seed]
+            first[seed] = steps if earlier is None else min(steps, earlier)
+    return [first[seed] for seed in sorted(first)]
 
 
 def summarize(sweep_dir: Path, grid: Sequence[Configuration], spec: dict[str, Any]) -> dict:
@@ -583,7 +683,7 @@ def summarize(sweep_dir: Path, grid: Sequence[Configuration], spec: dict[str, An
         per_seed_verdicts = None if judged is None else judged.solved_per_seed
         entry["solved_per_seed"] = None if per_seed_verdicts is None else list(per_seed_verdicts)
         entry["solved_seeds"] = None if per_seed_verdicts is None else sum(per_seed_verdicts)
-        steps = steps_to_threshold(runs.load_metrics(run_dir), threshold)
+        steps = steps_to_threshold(runs.iter_metrics(run_dir), threshold, config.seeds)
         reached = [s for s in steps if s is not None]
         entry["env_steps_to_threshold"] = {
             "per_seed": steps,
@@ -626,7 +726,7 @@ def plot_sweep(sweep_dir: Path, record: dict[str, Any]) -> Path:
     entries = record["configurations"]
     run_dirs = [configuration_dir(sweep_dir, e["run_dir"]) for e in entries]
     groups = [
-        Group(", ".join(e["overrides"]), (runs.load_metrics(d),))
+        Group(", ".join(e["overrides"]), (curve_rows(d, runs.read_run_config(d).seeds),))
         for e, d in zip(entries, run_dirs, strict=True)
     ]
     title = f"sweep · {record['spec']['task']} · {record['spec']['seeds']} seeds per line"

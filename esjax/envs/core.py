@@ -21,22 +21,23 @@ whatever the env returns there (an auto-reset, NaN rewards) never counts. A task
 - a gymnax id (``"CartPole-v1"``);
 - ``"package.module:factory"`` or ``"path/to/file.py:factory"``: a user's env, without
   installing or registering anything. ``factory(**env_kwargs)`` returns an env object or
-  ``(env, default_params)``. A module is imported as Python would, then from the working
-  directory; a relative file path is read beside the task file, else from the working
-  directory;
+  ``(env, default_params)``. How the code is found and run (inside a run: from the file the
+  run recorded) is :mod:`esjax.envs.usercode`'s; a relative file path is read beside the task
+  file, else from the working directory;
 - ``"SUITE:NAME"`` for a suite registered in :mod:`esjax.envs.suites`
   (``"navix:Navix-Empty-5x5-v0"``), imported only when named; its adapter module is a
-  :class:`SuiteAdapter`.
+  :class:`SuiteAdapter`. A registered suite's name before the colon always means the suite,
+  even where a package of that name exists: a factory of such a package is named through one
+  of its modules (``"navix.MODULE:make"``) or its file. When the suite has no env ``NAME``
+  and the package has a factory ``NAME``, the ambiguity is refused in one line saying so.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import inspect
 import sys
 import types
-from pathlib import Path
 from typing import Any, Protocol
 
 import jax
@@ -45,6 +46,7 @@ import jax.numpy as jnp
 from esjax.envs import suites
 from esjax.envs.suite_base import Renderer
 from esjax.envs.suites import Suite
+from esjax.envs.usercode import first_line, load_factory
 from esjax.specs.config import ConfigError, suggest
 
 
@@ -234,7 +236,26 @@ def _suite_env(suite_name: str, env_name: str, kwargs: dict[str, Any]) -> tuple[
         )
     adapter: SuiteAdapter = suites.adapter(suite_name)
     _check_arguments(adapter.make, "make", adapter.__name__, SuiteAdapter)
-    return adapter.make(env_name, kwargs)
+    try:
+        return adapter.make(env_name, kwargs)
+    except ConfigError as error:
+        _refuse_hidden_factory(suite, env_name, error)
+        raise
+
+
+def _refuse_hidden_factory(suite: Suite, env_name: str, error: ConfigError) -> None:
+    """One line when ``SUITE:NAME`` failed as the suite's env and the suite's package, named
+    like the suite, has a factory ``NAME``: the name reads as the suite's (the rule), but the
+    user evidently meant the package's. Only the package the adapter imported is looked at."""
+    package = sys.modules.get(suite.package) if suite.package == suite.name else None
+    factory = getattr(package, env_name, None) if env_name.isidentifier() else None
+    if callable(factory):
+        raise ConfigError(
+            f"{suite.name}:{env_name}: {suite.name!r} before the colon is the {suite.name} "
+            f"suite, which has no env {env_name!r} ({error}); the {suite.package} package's "
+            f"factory {env_name!r} is named through its module ('{suite.package}.MODULE:"
+            f"{env_name}') or its file ('path/to/file.py:{env_name}')"
+        ) from None
 
 
 def check_env(made: Any, name: str) -> tuple[Env, EnvParams]:
@@ -287,8 +308,11 @@ def _check_arguments(method: Any, name: str, where: str, protocol: type = Env) -
 
 
 def _check_spaces(env: Env, params: EnvParams, where: str) -> None:
-    """One line if a space lacks the fields esjax reads of it."""
-    actions = env.action_space(params)
+    """One line if a space lacks the fields esjax reads of it, or cannot be made."""
+    try:
+        actions = env.action_space(params)
+    except Exception as error:  # a user's env: one line, as any other failure at the door
+        raise ConfigError(f"{where}.action_space raised {first_line(error)}") from None
     if not hasattr(actions, "n") and not all(
         hasattr(actions, field) for field in ("low", "high", "shape")
     ):
@@ -296,84 +320,14 @@ def _check_spaces(env: Env, params: EnvParams, where: str) -> None:
             f"{where}.action_space gave a {type(actions).__name__}: esjax needs n (discrete) "
             "or low, high and shape (continuous)"
         )
-    observations = env.observation_space(params)
+    try:
+        observations = env.observation_space(params)
+    except Exception as error:  # a user's env: one line, as any other failure at the door
+        raise ConfigError(f"{where}.observation_space raised {first_line(error)}") from None
     if not hasattr(observations, "shape"):
         raise ConfigError(
             f"{where}.observation_space gave a {type(observations).__name__} without a shape"
         )
-
-
-# User env files already loaded, by absolute path: loading a file twice would make two
-# copies of its classes, and jit caches and isinstance checks would tell them apart.
-_LOADED_FILES: dict[Path, types.ModuleType] = {}
-
-
-def load_factory(source: str, attribute: str, name: str) -> Any:
-    """The object ``attribute`` names in module or file ``source``."""
-    if source.endswith(".py") or "/" in source or "\\" in source:
-        module = _load_file(Path(source), name)
-    else:
-        if not all(part.isidentifier() for part in source.split(".")):
-            raise ConfigError(f"{name!r}: {source!r} is not a module name (package.module:factory)")
-        try:
-            module = _import_module(source)
-        except ModuleNotFoundError as error:
-            known = list(suites.registered())
-            hint = suggest(source, known) or f"; adapted suites: {', '.join(known)}"
-            raise ConfigError(f"{name!r}: no module named {error.name!r}{hint}") from None
-    found: Any = module
-    for part in attribute.split("."):
-        if not hasattr(found, part):
-            public = [n for n in dir(module) if not n.startswith("_")]
-            raise ConfigError(
-                f"{name!r}: {source} has no attribute {attribute!r}{suggest(part, public)}"
-            )
-        found = getattr(found, part)
-    if not callable(found):
-        raise ConfigError(f"{name!r}: {attribute} is a {type(found).__name__}, not a factory")
-    return found
-
-
-def _import_module(source: str) -> types.ModuleType:
-    """``import source``, searching the working directory last when nothing else has it.
-
-    ``python -m esjax`` puts the working directory on ``sys.path`` and the ``esjax`` script does
-    not, so a module beside the user would be found by one and not the other.
-    """
-    try:
-        return importlib.import_module(source)
-    except ModuleNotFoundError as error:
-        top = source.split(".")[0]
-        here = str(Path.cwd())
-        if error.name != top or here in sys.path or "" in sys.path:
-            raise
-        sys.path.append(here)
-        try:
-            return importlib.import_module(source)
-        except ModuleNotFoundError:
-            sys.path.remove(here)  # not there either: leave the search path as it was
-            raise
-
-
-def _load_file(path: Path, name: str) -> types.ModuleType:
-    """A Python file as a module, loaded once per process."""
-    if not path.is_file():
-        raise ConfigError(f"{name!r}: no such file {str(path)!r}")
-    resolved = path.resolve()
-    if resolved not in _LOADED_FILES:
-        # A name of its own in sys.modules: dataclasses and pickling look classes up there.
-        digest = hashlib.sha1(str(resolved).encode()).hexdigest()[:8]
-        module_name = f"esjax_user_env_{resolved.stem}_{digest}"
-        spec = importlib.util.spec_from_file_location(module_name, resolved)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            sys.modules.pop(module_name, None)
-            raise
-        _LOADED_FILES[resolved] = module
-    return _LOADED_FILES[resolved]
 
 
 def _call_factory(factory: Any, kwargs: dict, name: str) -> Any:
@@ -384,7 +338,12 @@ def _call_factory(factory: Any, kwargs: dict, name: str) -> Any:
         raise ConfigError(f"{name!r}: cannot call it with env_kwargs {kwargs}: {error}") from None
     except ValueError:  # no signature to read (some builtins): let the call say what fails
         pass
-    return factory(**kwargs)
+    try:
+        return factory(**kwargs)
+    except ConfigError:
+        raise
+    except Exception as error:  # the user's factory: say which, in one line
+        raise ConfigError(f"{name!r} raised {first_line(error)}") from None
 
 
 def steps_through_step_env(env: Any) -> bool:

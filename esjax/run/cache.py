@@ -22,7 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from esjax.envs import usercode
 from esjax.envs.suites import names_code
+from esjax.run.codefiles import folder_digest
 from esjax.run.files import atomic_write
 
 ENV_DISABLE = "ESJAX_NO_CACHE"
@@ -148,14 +150,18 @@ def code_digest(name: Any) -> str | None:
     that is data (a gymnax id, a suite's env, a built-in kind) or an object.
 
     Every ``.py`` file in the folder of the module or file the name points at (an env's
-    dynamics often sit in a helper beside its factory). Programs kept across processes are
-    keyed by it, so edited code is traced again rather than read back as it was; code with no
-    file behind it is :data:`UNREADABLE_CODE`.
+    dynamics often sit in a helper beside its factory): for code a run provided, the folder of
+    the file it runs from (:func:`esjax.run.codefiles.folder_digest`, the digest the run
+    recorded). Programs kept across processes are keyed by it, so edited code is traced again
+    rather than read back as it was; code with no file behind it is :data:`UNREADABLE_CODE`.
     """
     if not isinstance(name, str) or not names_code(name):
         return None
     source = name.rpartition(":")[0]
-    if source.endswith(".py") or "/" in source or "\\" in source:
+    code = usercode.provided(source)
+    if code is not None:
+        return folder_digest(code.file, code.data)
+    if usercode.is_file_source(source):
         path: Path | None = Path(source)
     else:
         try:
@@ -165,11 +171,7 @@ def code_digest(name: Any) -> str | None:
         path = Path(spec.origin) if spec is not None and spec.origin else None
     if path is None or not path.is_file():
         return UNREADABLE_CODE
-    digest = hashlib.sha256()
-    for file in sorted(path.resolve().parent.glob("*.py")):
-        digest.update(file.name.encode())
-        digest.update(file.read_bytes())
-    return digest.hexdigest()
+    return folder_digest(path.resolve())
 
 
 def kept_path(subdirectory: str, kind: str, key: Any, suffix: str) -> Path | None:

@@ -7,7 +7,12 @@ never written through.
 Reading: a run or sweep directory may come from someone else, so what esjax reads in one is
 data it must not trust. :func:`read_bytes` opens without following a link, takes only a regular
 file (not a FIFO or ``/dev/zero``) and refuses one larger than its kind can be, before reading
-it. No JAX, so any layer may use it.
+it; :func:`read_lines` reads a file of lines (``metrics.jsonl``) as a stream, a line at a time,
+so that memory follows what the reader keeps, not the file's size. No JAX.
+
+Writing in place (a lock file's PID, a metrics append) goes through :func:`open_regular` too,
+which refuses a file that also has another name (a hard link: ``O_NOFOLLOW`` cannot see one),
+so that a file outside the run linked in under one of esjax's names is never written.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import json
 import os
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -97,9 +103,10 @@ def open_regular(path: str | Path, flags: int = os.O_RDONLY, mode: int = 0o644) 
     """A descriptor of the regular file at ``path``, opened without following a link.
 
     ``O_NONBLOCK`` keeps a FIFO from stalling the open; it is cleared again for a regular
-    file. A link, a folder, a device or a FIFO is a :class:`~esjax.specs.config.ConfigError`;
-    a missing file (or folder on its path) is ``FileNotFoundError`` (``NotADirectoryError``),
-    as for ``open``.
+    file. A link, a folder, a device or a FIFO is a :class:`~esjax.specs.config.ConfigError`,
+    and so is a file opened for writing that has another name too (a hard link); a missing
+    file (or folder on its path) is ``FileNotFoundError`` (``NotADirectoryError``), as for
+    ``open``. Nothing is written before these checks: ``O_TRUNC`` is not for here.
     """
     path = Path(path)
     try:
@@ -111,13 +118,26 @@ def open_regular(path: str | Path, flags: int = os.O_RDONLY, mode: int = 0o644) 
             raise ConfigError(f"{path}: a symbolic link; esjax follows no link in a run") from None
         raise ConfigError(f"{path}: cannot open it: {err.strerror or err}") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise ConfigError(f"{path}: not a regular file")
+        if flags & (os.O_WRONLY | os.O_RDWR):
+            refuse_other_names(path, info)
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def refuse_other_names(path: str | Path, info: os.stat_result) -> None:
+    """One line when the file ``info`` describes has names besides ``path`` (hard links):
+    writing it in place would change a file elsewhere, which esjax never writes."""
+    if info.st_nlink > 1:
+        raise ConfigError(
+            f"{path}: a hard link (the file has {info.st_nlink} names); esjax writes no file "
+            "that has other names: remove it, and esjax makes its own"
+        )
 
 
 def read_bytes(path: str | Path, limit: int) -> bytes:
@@ -180,5 +200,27 @@ def append_bytes(path: str | Path, data: bytes) -> None:
         while view:
             view = view[os.write(fd, view) :]
         os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_lines(path: str | Path, line_limit: int, limit: int) -> Iterator[tuple[int, bytes]]:
+    """``(line number, line)`` of the regular file at ``path`` (no link followed), read a
+    block at a time. A line longer than ``line_limit`` bytes is passed over unread (as
+    ``b""``: no esjax file has one); a file over ``limit`` bytes is refused before reading."""
+    fd = open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise ConfigError(f"{path}: {size:,} bytes, more than such a file can be ({limit:,})")
+        with os.fdopen(os.dup(fd), "rb", buffering=MIB) as stream:
+            number = 0
+            while line := stream.readline(line_limit + 1):
+                number += 1
+                if len(line) > line_limit and not line.endswith(b"\n"):
+                    while (rest := stream.readline(MIB)) and not rest.endswith(b"\n"):
+                        pass
+                    line = b""
+                yield number, line
     finally:
         os.close(fd)

@@ -51,7 +51,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from esjax.run import runs, trust
+from esjax.run import codefiles, runs, trust
 from esjax.run.files import open_regular
 from esjax.specs.config import ConfigError, RunConfig
 
@@ -210,7 +210,8 @@ def remove_written(directory: Path, names: Sequence[str], folders: Sequence[str]
 # What esjax writes in a run directory, for --overwrite (the lock file stays: see RunLock).
 RUN_FILES = (
     runs.CONFIG, runs.METRICS, runs.CHECKPOINT, runs.PREV_CHECKPOINT, runs.DAMAGED_CHECKPOINT,
-    runs.SUMMARY, runs.FITNESS_FIGURE, runs.TARGET, trust.SEAL, *runs.POLICIES.values(),
+    runs.SUMMARY, runs.FITNESS_FIGURE, runs.TARGET, trust.SEAL, codefiles.CODE,
+    *runs.POLICIES.values(),
     *runs.DERIVED_FILES,
 )  # fmt: skip
 RUN_FOLDERS = runs.TRACKER_FOLDERS
@@ -376,10 +377,12 @@ class Run:
             try:
                 runs.write_run_config(run_dir, config)
                 trust.seal_run(run_dir, config.task)
-            except OSError as err:
+            except (OSError, ConfigError) as err:
                 if created:
                     shutil.rmtree(run_dir, ignore_errors=True)
                 lock.release()
+                if isinstance(err, ConfigError):
+                    raise
                 reason = err.strerror or str(err)
                 raise runs.StorageError(f"{run_dir}: cannot write ({reason})") from None
         return cls(run_dir, config, resumed=False, writer=writer, lock=lock, created=created)
@@ -394,8 +397,8 @@ class Run:
         returns the config to run (an older run's, completed). A new target is recorded at
         once (:func:`esjax.run.runs.write_target`), so a kill before the next checkpoint cannot
         make a later plain resume fall back to the old one. Code the run names is imported
-        only when this user made the run, or with ``trust_code`` (:mod:`esjax.run.trust`), which
-        also seals it as this user's.
+        only when this user made the run, from the files it recorded, or with ``trust_code``
+        (:mod:`esjax.run.trust`), which also seals it as this user's, as it is now.
         """
         if generations is not None and (not isinstance(generations, int) or generations <= 0):
             raise ConfigError(f"generations must be a positive integer, got {generations!r}")
@@ -404,9 +407,7 @@ class Run:
             lock, _ = claim(run_dir, resume=True, overwrite=False)
         try:
             config = runs.read_run_config(run_dir)
-            trust.check_run(run_dir, config.task, trust_code)
-            if trust_code and writer:
-                trust.seal_run(run_dir, config.task)
+            trust.check_run(run_dir, config.task, trust_code, writer=writer)
             if prepare is not None:
                 config = prepare(config)
             if generations is not None and writer:
@@ -648,11 +649,14 @@ def restore(
 ) -> tuple[RunState, HostState, int | None]:
     """Engine state, host state and recorded target from the run's checkpoint, its arrays
     matched by name to what a fresh start of this run (``template``, ``fresh``) holds."""
-    checkpoint = runs.load_checkpoint(run_dir)
+    expected = checkpoint_arrays(template, fresh)
+    # Bounded by what this run's state holds, by shape: a larger file is refused unread.
+    checkpoint = runs.load_checkpoint(
+        run_dir, runs.checkpoint_limit(expected.values(), config.seeds)
+    )
     meta = checkpoint.meta
     check_meta(run_dir / runs.CHECKPOINT, meta, config.seeds)
     _check_same_run(run_dir, meta, config)
-    expected = checkpoint_arrays(template, fresh)
     try:
         arrays = migrate_checkpoint(checkpoint, template).arrays
         engines = backend_modules().engine

@@ -11,6 +11,8 @@ A run directory holds::
     summary.json           written when the run finishes (removed while a resume extends it)
     target.json            the generations a resume asked for, when it asked for any
     run.lock               locked (``flock``) by the process writing the run; holds its PID
+    code.json, trust.sig   the files of the code the run names, and the seal over them
+                           (:mod:`esjax.run.codefiles`, :mod:`esjax.run.trust`)
 
 Binary files are msgpack (``flax.serialization``), never pickle, wrapped with a SHA-256 of
 their payload so a torn or edited file is refused rather than half-loaded. Every file is
@@ -41,7 +43,7 @@ import os
 import stat
 import tempfile
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -58,6 +60,7 @@ from esjax.run.files import (
     parse_json,
     read_bytes,
     read_json,
+    read_lines,
 )
 from esjax.specs.config import ConfigError, RunConfig
 
@@ -93,6 +96,8 @@ CONFIG_LIMIT = 1 * MIB
 SUMMARY_LIMIT = 16 * MIB
 TARGET_LIMIT = 4 * KIB
 METRICS_LIMIT = 4 * GIB
+# The longest metrics line read: esjax writes rows of well under 1 KiB.
+METRICS_LINE_LIMIT = 64 * KIB
 # The most generations a run can go to (the largest int32: generations are counted on device).
 MAX_GENERATIONS = 2**31 - 1
 
@@ -328,24 +333,37 @@ def read_summary(run_dir: str | Path) -> dict[str, Any]:
 
 
 def load_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The rows of ``metrics.jsonl``; a torn last line (a crash mid-write) is skipped, and so
-    is any line that is not a JSON object (a file edited or damaged by hand). A row whose
-    fields are not what esjax writes is one :class:`ConfigError` naming its line."""
+    """The rows of ``metrics.jsonl`` (:func:`iter_metrics`, kept in a list)."""
+    return list(iter_metrics(run_dir))
+
+
+def iter_metrics(run_dir: str | Path) -> Iterator[dict[str, Any]]:
+    """The rows of ``metrics.jsonl`` one at a time, read as a stream: what a caller keeps of
+    them is all the memory they take. A torn last line (a crash mid-write) is skipped, and so
+    is any line that is not a JSON object (a file edited or damaged by hand, a line longer than
+    any row esjax writes). A row whose fields are not what esjax writes is one
+    :class:`ConfigError` naming its line."""
+    for _, _, row in _metrics_lines(run_dir):
+        if row is not None:
+            yield row
+
+
+def _metrics_lines(run_dir: str | Path) -> Iterator[tuple[int, bytes, dict[str, Any] | None]]:
+    """``(line number, line, its row or None)`` of every line of ``metrics.jsonl``."""
     path = Path(run_dir) / METRICS
     if not os.path.lexists(path):  # a link is there, to be refused by the read
         if not is_run_dir(run_dir):
             raise ConfigError(f"{run_dir}: not an esjax run directory (no {CONFIG})")
-        return []
-    rows = []
-    text = read_bytes(path, METRICS_LIMIT).decode(errors="replace")
-    for number, line in enumerate(text.splitlines(), 1):
+        return
+    for number, line in read_lines(path, METRICS_LINE_LIMIT, METRICS_LIMIT):
         try:
-            row = json.loads(line)
+            row = json.loads(line.decode(errors="replace")) if line else None
         except (ValueError, RecursionError):
-            continue
+            row = None
         if isinstance(row, dict):
-            rows.append(check_row(row, f"{path}: line {number}"))
-    return rows
+            yield number, line, check_row(row, f"{path}: line {number}")
+        else:
+            yield number, line, None
 
 
 # What a metrics row's fields must be when present: counts; text (a sweep configuration's
@@ -373,12 +391,28 @@ def check_row(row: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def truncate_metrics(run_dir: str | Path, generation: int) -> None:
-    """Keep only rows up to ``generation``: what a checkpoint at that generation has seen."""
+    """Keep only rows up to ``generation``: what a checkpoint at that generation has seen.
+
+    Streamed into the replacement file a row at a time (rows are written as read, so the
+    file's bytes are kept), then renamed over the old one, as :func:`atomic_write` does.
+    """
     path = Path(run_dir) / METRICS
     if not os.path.lexists(path):
         return
-    rows = [row for row in load_metrics(run_dir) if row["generation"] <= generation]
-    atomic_write(path, "".join(json.dumps(row) + "\n" for row in rows).encode())
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.chmod(tmp, 0o644)
+        with os.fdopen(fd, "wb") as handle:
+            for _, line, row in _metrics_lines(run_dir):
+                if row is not None and row["generation"] <= generation:
+                    handle.write(line if line.endswith(b"\n") else line + b"\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
 
 
 # ---------------------------------------------------------------------------- checkpoints
@@ -426,23 +460,24 @@ def _keep_previous(current: Path, previous: Path) -> None:
     fsync_dir(previous.parent)
 
 
-def load_checkpoint(run_dir: str | Path) -> Checkpoint:
+def load_checkpoint(run_dir: str | Path, limit: int | None = None) -> Checkpoint:
     """The newest checkpoint that passes its checksum, as stored (any readable version).
 
     A missing, truncated or corrupted ``checkpoint.msgpack`` falls back, with a warning, to
     ``checkpoint.prev.msgpack``; if that fails too, the newest file's error is raised. A
     version 1 checkpoint's arrays are positional: resuming names them through
-    :func:`esjax.run.lifecycle.migrate_checkpoint`.
+    :func:`esjax.run.lifecycle.migrate_checkpoint`. ``limit``: the most bytes the run's
+    checkpoint can hold (:func:`checkpoint_limit`), a larger file refused unread.
     """
     run_dir = Path(run_dir)
     try:
-        version, meta, arrays = _unpack(run_dir / CHECKPOINT, "checkpoint")
+        version, meta, arrays = _unpack(run_dir / CHECKPOINT, "checkpoint", limit)
     except ConfigError as err:
         previous = run_dir / PREV_CHECKPOINT
         if not is_regular(previous):
             raise
         try:
-            version, meta, arrays = _unpack(previous, "checkpoint")
+            version, meta, arrays = _unpack(previous, "checkpoint", limit)
         except ConfigError:
             raise err from None
         # Set the damaged file aside so the next save does not rotate it into the previous slot.
@@ -454,6 +489,15 @@ def load_checkpoint(run_dir: str | Path) -> Checkpoint:
             stacklevel=2,
         )
     return Checkpoint(meta, arrays, version)
+
+
+def checkpoint_limit(arrays: Iterable[np.ndarray], seeds: int) -> int:
+    """The most bytes a checkpoint of ``arrays`` (what this run's state holds, by shape) can
+    take: their bytes, the metadata (the config, a few numbers per seed) and msgpack's framing
+    of each, with room to spare. A larger file is no checkpoint of this run."""
+    arrays = list(arrays)
+    data = sum(int(np.asarray(a).nbytes) for a in arrays)
+    return data + len(arrays) * 4 * KIB + seeds * 256 + 2 * CONFIG_LIMIT + MIB
 
 
 # ---------------------------------------------------------------------------- policies
@@ -474,16 +518,25 @@ def save_policy(
 
 
 def read_policy(
-    run_dir: str | Path, which: str = "final", seed: int = 0, *, config: RunConfig | None = None
+    run_dir: str | Path,
+    which: str = "final",
+    seed: int = 0,
+    *,
+    config: RunConfig | None = None,
+    shape: tuple[int, int] | None = None,
 ) -> tuple[dict[str, Any], np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
     """``(meta, flat params, (obs mean, obs std) or None)`` of one seed of a saved policy.
 
-    ``config``: the run's config when the caller has read it (it bounds the file's size).
+    The file's size is bounded before it is read: by ``shape``, ``(parameters per member,
+    observation size)`` as the run's policy has them (computed from its task, so no number
+    in a file decides it), else by ``config``'s sizes (the run's config when the caller has
+    read it), else by the machine.
     """
     if which not in POLICIES:
         raise ConfigError(f"unknown policy {which!r}; choose from {', '.join(POLICIES)}")
     path = Path(run_dir) / POLICIES[which]
-    _, meta, arrays = _unpack(path, "policy", _policy_limit(run_dir, config))
+    limit = _policy_limit(run_dir, config, shape)
+    _, meta, arrays = _unpack(path, "policy", limit)
     params = arrays.get("params")
     if params is None or params.ndim != 2:
         raise ConfigError(f"{path}: no params of shape (seeds, parameters)")
@@ -501,17 +554,23 @@ def read_policy(
     return meta, params[seed].astype(np.float32), stats
 
 
-def _policy_limit(run_dir: str | Path, config: RunConfig | None) -> int:
+def _policy_limit(
+    run_dir: str | Path, config: RunConfig | None, shape: tuple[int, int] | None
+) -> int:
     """The largest policy file this run can have: its seeds' parameters and observation
-    statistics, with room for the format (any size when the config does not say)."""
+    statistics, with room for the format (any size when nothing says)."""
     if config is None:
         try:
             config = read_run_config(run_dir)
         except ConfigError:
             return _array_file_limit()
-    if config.num_dims <= 0:
+    if shape is not None:
+        floats = config.seeds * (shape[0] + 2 * shape[1])
+    elif config.num_dims > 0:
+        floats = 2 * config.seeds * config.num_dims
+    else:
         return _array_file_limit()
-    return MIB + 2 * _FLOAT_BYTES * config.seeds * config.num_dims + 64 * MIB
+    return _FLOAT_BYTES * floats + config.seeds * 64 + 4 * MIB
 
 
 _FLOAT_BYTES = 4

@@ -99,8 +99,10 @@ class SavedPolicy:
         """Read ``which`` policy of seed index ``seed``; ``built``: a :func:`make_test_rollout`."""
         config, rollout = built or make_test_rollout(run_dir)
         task = config.task
-        _, flat, stats = runs.read_policy(run_dir, which, seed, config=config)
+        # The task's policy, by shape (nothing allocated), bounds the file before it is read.
         template, _ = flat_template(rollout, jax.random.key(0))
+        shape = (int(template.size), int(rollout.obs_size))
+        _, flat, stats = runs.read_policy(run_dir, which, seed, config=config, shape=shape)
         if flat.shape != template.shape:
             raise ConfigError(
                 f"{run_dir}: saved policy has {flat.size} parameters, the task's policy needs "

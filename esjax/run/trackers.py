@@ -294,7 +294,7 @@ def tracking(
     done = 0
     if resumed is not None:
         check_no_tracker_links(Path(resumed))  # before the run goes on, not at its first report
-        done = max((int(r["generation"]) for r in runs.load_metrics(resumed)), default=0)
+        done = max((int(r["generation"]) for r in runs.iter_metrics(resumed)), default=0)
     with RunLogger(backends, skip_through=done, then=report) as logger:
         yield logger
 
@@ -306,16 +306,21 @@ def metrics_csv(run_dir: str | Path) -> str:
     Columns are the union of the rows' fields in first-seen order (evaluation columns are
     empty in generations without an evaluation); non-finite numbers are written as ``nan``.
     """
-    rows = runs.load_metrics(run_dir)
     columns: list[str] = []
-    for row in rows:
+    for row in runs.iter_metrics(run_dir):  # two passes over the stream: no list of rows
         columns += [key for key in row if key not in columns]
+        if len(columns) > MAX_CSV_COLUMNS:
+            raise ConfigError(f"{run_dir}: metrics rows of more than {MAX_CSV_COLUMNS} fields")
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns, restval="", lineterminator="\n")
     writer.writeheader()
-    for row in rows:
+    for row in runs.iter_metrics(run_dir):
         writer.writerow({k: _csv_value(v) for k, v in row.items()})
     return buffer.getvalue()
+
+
+# The most columns a metrics CSV has: esjax writes about a dozen fields.
+MAX_CSV_COLUMNS = 256
 
 
 def write_metrics_csv(run_dir: str | Path, target: str | Path | None = None) -> Path:

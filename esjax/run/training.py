@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import jax
 
 from esjax.engine.tasks import check_task, forget_shared_rollouts, make_rollout, shared_rollout
-from esjax.run import memory
+from esjax.run import codefiles, memory
 from esjax.run.cache import UNREADABLE_CODE, code_digest, remembered
 from esjax.run.lifecycle import Interrupted, LostProcess, Run, RunSummary, backend_modules
 from esjax.run.loop import drive
@@ -37,7 +37,7 @@ from esjax.specs.config import (
     parse_override,
 )
 from esjax.specs.popsize_rule import apply_popsize_rule
-from esjax.specs.presets import MISSING_TASK, load_task
+from esjax.specs.presets import MISSING_TASK, TaskTable, load_task
 from esjax.specs.version import __version__
 
 __all__ = ["Interrupted", "LostProcess", "RunSummary", "engine_for", "evolve", "resolve_config"]
@@ -54,7 +54,7 @@ MAX_SEED = 2**31 - 1
 
 
 def resolve_config(
-    task: str | Path | TaskConfig,
+    task: str | Path | TaskConfig | TaskTable,
     *,
     strategy: str | None = None,
     popsize: int | None = None,
@@ -67,6 +67,10 @@ def resolve_config(
     """The resolved config of a new run (what ``config.json`` holds), before anything is written."""
     overrides = list(overrides)
     name, task_config, raw, source = load_task(task, overrides)
+    try:  # the files of the code it names, read once: what runs is what the run records
+        codefiles.capture([task_config])
+    except ConfigError as error:
+        raise ConfigError(f"{name}: {error}") from None
     check_task(task_config, name)
     if strategy is not None and not str(strategy).strip():
         raise ConfigError("strategy: empty; a name from `esjax list`, or leave it out")

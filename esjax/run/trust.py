@@ -17,22 +17,34 @@ another user's key, or over other code names, does not verify here, and nobody c
 without this key. A directory whose seal does not verify and that names code is refused, in one
 line naming that code, before anything is imported, unless the user passes ``--trust-code``
 (``trust_code=True`` from Python). A directory that names only data needs no seal.
+
+The seal also covers what the code *is*: the file each name resolved to and its digests
+(:mod:`esjax.run.codefiles`), recorded at creation. A sealed directory's code runs from those
+files alone, checked byte for byte, from whatever directory esjax is started in; a file edited
+since is refused in one line, and ``--trust-code`` takes it as it is now and seals it again.
+``trust.sig`` is read as data: 64 lowercase hex digits, anything else is no seal.
+
+The key is named by an absolute path only (a relative one would be found from the working
+directory), and a key file others may read or write, or that another user owns, is refused
+in one line: whoever reads it can seal code as this user.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from esjax.envs.suites import names_code
-from esjax.run.files import atomic_write, read_bytes
+from esjax.run import codefiles
+from esjax.run.codefiles import Records
+from esjax.run.files import atomic_write, open_regular, read_bytes
 from esjax.specs import policy_kinds
 from esjax.specs.config import ConfigError, TaskConfig, to_dict
 
@@ -48,18 +60,32 @@ class UntrustedCode(ConfigError):
 
 
 def key_path() -> Path:
-    """Where this user's trust key lives (see the module's docstring)."""
-    if os.environ.get(KEY_ENV):
-        return Path(os.environ[KEY_ENV]).expanduser()
+    """Where this user's trust key lives (see the module's docstring); one line when
+    ``$ESJAX_TRUST_KEY`` is not an absolute path."""
+    configured = os.environ.get(KEY_ENV)
+    if configured:
+        path = Path(configured).expanduser()
+        if not path.is_absolute():
+            raise ConfigError(
+                f"{KEY_ENV}={configured}: not an absolute path; the trust key is named by an "
+                "absolute path (a relative one would be found in the working directory)"
+            )
+        return path
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base).expanduser() / "esjax" / "trust.key"
 
 
 def _key(create: bool) -> bytes | None:
-    """This user's secret key; made (readable by the user alone) on first use when ``create``."""
+    """This user's secret key; made (readable by the user alone) on first use when ``create``.
+    None where there is none and none can be made (no writable home: nothing is sealed and
+    nothing trusted); a key file others could read or forge is one line."""
     path = key_path()
-    with contextlib.suppress(OSError, ConfigError):
-        return _valid_key(read_bytes(path, 4096))
+    try:
+        return _read_key(path)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return None
     if not create:
         return None
     try:
@@ -76,9 +102,30 @@ def _key(create: bool) -> bytes | None:
             pass
         finally:
             tmp.unlink(missing_ok=True)
-        return _valid_key(read_bytes(path, 4096))
-    except (OSError, ConfigError):  # no writable home: nothing is sealed, nothing trusted
+        return _read_key(path)
+    except OSError:
         return None
+
+
+def _read_key(path: Path) -> bytes | None:
+    """The key in ``path``, refused in one line unless the file is this user's alone."""
+    fd = open_regular(path)
+    try:
+        info = os.fstat(fd)
+        owner = getattr(os, "getuid", lambda: info.st_uid)()
+        if info.st_uid != owner:
+            raise ConfigError(f"{path}: the trust key belongs to another user; esjax uses only "
+                              "a key of your own")  # fmt: skip
+        if info.st_mode & 0o077:
+            raise ConfigError(
+                f"{path}: the trust key can be read or written by others (mode "
+                f"{oct(info.st_mode & 0o777)}), and whoever reads it can seal code as you; "
+                f"make it private (chmod 600 {path})"
+            )
+        data = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    return _valid_key(data)
 
 
 def _valid_key(data: bytes) -> bytes | None:
@@ -99,14 +146,26 @@ def seal(directory: str | Path, kind: str, what: object) -> None:
 
 def is_sealed(directory: str | Path, kind: str, what: object) -> bool:
     """Whether ``directory``'s seal is this user's, over exactly ``what``."""
+    stored = _stored_seal(directory)
+    if stored is None:
+        return False
     key = _key(create=False)
     if key is None:
         return False
+    return hmac.compare_digest(stored, _digest(key, kind, what).encode())
+
+
+# What ``trust.sig`` holds: an HMAC-SHA256 in lowercase hex, and a newline.
+_SEAL_FORM = re.compile(rb"[0-9a-f]{64}\n?")
+
+
+def _stored_seal(directory: str | Path) -> bytes | None:
+    """The seal in ``directory`` when it has exactly the form esjax writes, else None."""
     try:
-        stored = read_bytes(Path(directory) / SEAL, 256).decode("ascii", "replace").strip()
+        data = read_bytes(Path(directory) / SEAL, 128)
     except (OSError, ConfigError):
-        return False
-    return hmac.compare_digest(stored, _digest(key, kind, what))
+        return None
+    return data[:64] if _SEAL_FORM.fullmatch(data) else None
 
 
 def grant(directories: Iterable[str | Path]) -> None:
@@ -115,19 +174,27 @@ def grant(directories: Iterable[str | Path]) -> None:
         _GRANTED.add(Path(directory).resolve())
 
 
+def granted(directory: str | Path) -> bool:
+    """Whether the user trusted ``directory`` (or a folder above it) in this process."""
+    return _granted(directory)
+
+
 def _granted(directory: str | Path) -> bool:
     resolved = Path(directory).resolve()
     return any(g == resolved or g in resolved.parents for g in _GRANTED)
 
 
 # ---------------------------------------------------------------------------- runs and sweeps
-def run_code(task: TaskConfig) -> dict[str, Any]:
-    """What a run's seal covers: the env it names and the arguments its factory gets, and a
-    policy named as code with the arguments its factory gets (only then, so that runs sealed
-    before policies could be code still verify)."""
-    covered = {"env": task.env, "env_kwargs": task.env_kwargs}
+def run_code(task: TaskConfig, records: Records | None = None) -> dict[str, Any]:
+    """What a run's seal covers: the env it names and the arguments its factory gets, a policy
+    named as code with the arguments its factory gets (only then, so that runs sealed before
+    policies could be code still verify), and the records of the code's files (once recorded:
+    runs sealed before still verify)."""
+    covered: dict[str, Any] = {"env": task.env, "env_kwargs": task.env_kwargs}
     if policy_kinds.names_code(task.policy.kind):
         covered["policy"] = to_dict(task.policy)
+    if records:
+        covered["code"] = codefiles.records_json(records)
     return covered
 
 
@@ -144,17 +211,59 @@ def code_names(tasks: Iterable[TaskConfig]) -> list[str]:
 
 
 def seal_run(run_dir: str | Path, task: TaskConfig) -> None:
-    seal(run_dir, "run", run_code(task))
+    """Seal ``run_dir`` as this user's, recording the files of the code its task names as they
+    will run (:func:`esjax.run.codefiles.capture`)."""
+    records = codefiles.capture([task])
+    if records:
+        codefiles.write_records(run_dir, records)
+    seal(run_dir, "run", run_code(task, records))
 
 
-def check_run(run_dir: str | Path, task: TaskConfig, trust_code: bool = False) -> None:
+def check_run(
+    run_dir: str | Path, task: TaskConfig, trust_code: bool = False, *, writer: bool = False
+) -> None:
     """Refuse, before anything is imported, a run whose task names code the user has not
-    trusted: not sealed here, not granted, and no ``trust_code``."""
+    trusted (not sealed here, not granted, no ``trust_code``), or whose recorded code files
+    have changed; make the recorded files what runs.
+
+    The run is sealed again when what runs is not what it recorded: by a ``writer`` (a
+    resume: a run made before code was recorded gets its records), and by a user who trusted
+    it (``--trust-code``: a changed file taken, a foreign run made theirs), where the directory
+    can be written.
+    """
     if trust_code:
         grant([run_dir])
     names = code_names([task])
-    if names and not _granted(run_dir) and not is_sealed(run_dir, "run", run_code(task)):
+    if not names:
+        return
+    trusted = _granted(run_dir)
+    records = _run_records(run_dir, trusted)
+    sealed = is_sealed(run_dir, "run", run_code(task, records))
+    if not sealed and not trusted:
         raise _refusal(run_dir, "config.json", names)
+    if sealed and records is not None:
+        now = codefiles.verify(records, [task], accept=trusted, where=str(run_dir))
+        changed = now != records
+    else:  # sealed before code was recorded, or trusted: found by its name, as it was named
+        codefiles.capture([task])
+        changed = True
+    if changed and (writer or trusted):
+        try:
+            seal_run(run_dir, task)
+        except OSError:
+            if writer:
+                raise
+
+
+def _run_records(run_dir: str | Path, trusted: bool) -> Records | None:
+    """The run's records; malformed ones are one line, unless the user trusts the run (its
+    code is then found by name and recorded again)."""
+    try:
+        return codefiles.read_records(run_dir)
+    except (OSError, ConfigError):
+        if trusted:
+            return None
+        raise
 
 
 def seal_sweep(sweep_dir: str | Path, spec: Mapping[str, Any]) -> None:
@@ -163,13 +272,26 @@ def seal_sweep(sweep_dir: str | Path, spec: Mapping[str, Any]) -> None:
 
 def check_sweep(
     sweep_dir: str | Path, spec: Mapping[str, Any], tasks: Iterable[TaskConfig], trust_code: bool
-) -> None:
-    """:func:`check_run` for a sweep: ``tasks`` are its configurations' tasks, parsed only."""
+) -> Records | None:
+    """:func:`check_run` for a sweep: ``tasks`` are its configurations' tasks, parsed only.
+
+    Returns the records of the code that will run (None when the tasks name none), for the
+    sweep to store when they differ from its spec's.
+    """
     if trust_code:
         grant([sweep_dir])
+    tasks = list(tasks)
     names = code_names(tasks)
-    if names and not _granted(sweep_dir) and not is_sealed(sweep_dir, "sweep", dict(spec)):
+    if not names:
+        return None
+    trusted = _granted(sweep_dir)
+    sealed = is_sealed(sweep_dir, "sweep", dict(spec))
+    if not sealed and not trusted:
         raise _refusal(sweep_dir, "sweep.json", names)
+    if sealed and spec.get("code") is not None:
+        records = codefiles.records_from_json(spec["code"], f"{sweep_dir}: sweep.json: code")
+        return codefiles.verify(records, tasks, accept=trusted, where=str(sweep_dir))
+    return codefiles.capture(tasks)
 
 
 def _refusal(directory: str | Path, file: str, names: list[str]) -> UntrustedCode:

@@ -60,6 +60,33 @@ def locate(kind: str, name_or_path: str) -> tuple[str, dict[str, Any], str]:
     return name_or_path, load_toml(path), f"{FOLDERS[kind]}/{name_or_path}.toml"
 
 
+class TaskTable(NamedTuple):
+    """A task's table as read, before overrides (:func:`read_table`); :func:`load_task` parses
+    it with each run's overrides, never reading its file again."""
+
+    name: str  # the preset's name or the file's stem
+    raw: dict[str, Any]
+    source: str  # the file it came from: relative code files are read beside it
+
+
+def read_table(task: str | Path) -> TaskTable:
+    """A preset name's or a TOML file's table, read once."""
+    return TaskTable(*locate("task", str(task)))
+
+
+def recorded_table(table: TaskTable) -> dict[str, Any]:
+    """``table`` with its code files' paths absolute (as :func:`load_task` makes them): what a
+    sweep keeps of its task, so that resuming it from anywhere reads no task file."""
+    recorded = dict(table.raw)
+    folder = Path(table.source).parent
+    if isinstance(recorded.get("env"), str):
+        recorded["env"] = _anchored(recorded["env"], folder)
+    policy = recorded.get("policy")
+    if isinstance(policy, dict) and isinstance(policy.get("kind"), str):
+        recorded["policy"] = {**policy, "kind": _anchored(policy["kind"], folder)}
+    return recorded
+
+
 class LoadedTask(NamedTuple):
     """A task as :func:`load_task` found it."""
 
@@ -69,8 +96,11 @@ class LoadedTask(NamedTuple):
     source: str  # the file it came from, for messages
 
 
-def load_task(task: str | Path | TaskConfig, overrides: Sequence[str] = ()) -> LoadedTask:
-    """A preset name, a path to a TOML file or a task, with ``--set`` ``overrides`` applied.
+def load_task(
+    task: str | Path | TaskConfig | TaskTable, overrides: Sequence[str] = ()
+) -> LoadedTask:
+    """A preset name, a path to a TOML file, a task or a table read before
+    (:func:`read_table`), with ``--set`` ``overrides`` applied.
 
     The one place a task is found, read and validated; what its env makes of it is checked
     by :func:`esjax.engine.tasks.check_task`, which needs the env's library.
@@ -79,7 +109,7 @@ def load_task(task: str | Path | TaskConfig, overrides: Sequence[str] = ()) -> L
         raw, source = to_dict(task), "task"
         name = Path(task.env).stem.lower() or "task"
         return LoadedTask(name, parse_task(raw, source, overrides), raw, source)
-    name, raw, source = locate("task", str(task))
+    name, raw, source = task if isinstance(task, TaskTable) else read_table(task)
     parsed = parse_task(raw, source, overrides)
     return LoadedTask(name, anchor_code_files(parsed, Path(source).parent), raw, source)
 
