@@ -113,4 +113,11 @@ def test_an_equinox_network_without_equinox_names_the_extra(tmp_path):
                  "--out", tmp_path / "run", cwd=tmp_path,
                  extra_path=str(missing.parent))  # fmt: skip
     assert_clean_error(done, "equinox is not installed", "esjax[equinox]")
+    # A file that imports equinox at its top fails while it is imported: the same hint.
+    (tmp_path / "net.py").write_text("import equinox\n\ndef make(input_size, output_size, key):\n"
+                                     "    return None\n")  # fmt: skip
+    done = esjax("evolve", "cartpole", *sets(f"policy.kind={tmp_path / 'net.py'}:make"),
+                 "--out", tmp_path / "run", cwd=tmp_path,
+                 extra_path=str(missing.parent))  # fmt: skip
+    assert_clean_error(done, "No module named 'equinox'", "esjax[equinox]")
     assert not (tmp_path / "run").exists()

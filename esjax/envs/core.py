@@ -235,7 +235,7 @@ def _suite_env(suite_name: str, env_name: str, kwargs: dict[str, Any]) -> tuple[
             f"{suite.install_hint}"
         )
     adapter: SuiteAdapter = suites.adapter(suite_name)
-    _check_arguments(adapter.make, "make", adapter.__name__, SuiteAdapter)
+    _check_arguments(adapter.make, "make", getattr(adapter, "__name__", suite_name), SuiteAdapter)
     try:
         return adapter.make(env_name, kwargs)
     except ConfigError as error:

@@ -135,7 +135,7 @@ def _spec_origin(source: str, name: str) -> Path | None:
     except ModuleNotFoundError as error:
         raise _no_module(name, error.name or source, source) from None
     except Exception as error:  # a parent package raised while it was imported
-        raise ConfigError(f"{name!r}: importing {source} raised {first_line(error)}") from None
+        raise import_error(name, source, error) from None
     if spec is None:
         raise _no_module(name, source, source)
     return Path(spec.origin) if spec.origin and spec.has_location else None
@@ -204,7 +204,7 @@ def _module(source: str, name: str) -> types.ModuleType:
             f"{name!r}: no module named {error.name!r}{_suite_hint(source)}"
         ) from None
     except Exception as error:  # the user's module raised while it was imported
-        raise ConfigError(f"{name!r}: importing {source} raised {first_line(error)}") from None
+        raise import_error(name, source, error) from None
 
 
 def _import_module(source: str) -> types.ModuleType:
@@ -296,7 +296,7 @@ def _run_module(spec: Any, name: str, execute: Any) -> types.ModuleType:
         execute(module)
     except (Exception, SystemExit) as error:
         sys.modules.pop(spec.name, None)
-        raise ConfigError(f"{name!r}: importing {spec.origin} raised {first_line(error)}") from None
+        raise import_error(name, spec.origin, error) from None
     except BaseException:
         sys.modules.pop(spec.name, None)
         raise
@@ -333,9 +333,7 @@ def _import_parents(code: ProvidedCode, name: str) -> None:
             try:
                 importlib.import_module(package)
             except Exception as error:
-                raise ConfigError(
-                    f"{name!r}: importing {package} raised {first_line(error)}"
-                ) from None
+                raise import_error(name, package, error) from None
 
 
 def _same_path(a: Path, b: Path) -> bool:
@@ -353,6 +351,24 @@ def _from_file(module: types.ModuleType, file: Path) -> bool:
 def _file_of(module: types.ModuleType) -> str:
     found = module_file(module)
     return str(found) if found is not None else "no file"
+
+
+def import_error(name: str, what: object, error: BaseException) -> ConfigError:
+    """The one line for user code ``name`` whose import of ``what`` raised ``error``."""
+    return ConfigError(f"{name!r}: importing {what} raised {first_line(error)}{extra_hint(error)}")
+
+
+# Packages a user's code may import that an extra of esjax's installs.
+EXTRAS = {"equinox": "equinox"}
+
+
+def extra_hint(error: BaseException) -> str:
+    """``"; pip install 'esjax[EXTRA]'"`` when ``error`` is a package an extra installs (a
+    network written in equinox, a suite's package) missing, else ``""``."""
+    missing = getattr(error, "name", None) if isinstance(error, ModuleNotFoundError) else None
+    top = (missing or "").split(".")[0]
+    extras = {**EXTRAS, **{suite.package: suite.extra for suite in suites.registered().values()}}
+    return f"; pip install 'esjax[{extras[top]}]'" if top in extras else ""
 
 
 def first_line(error: BaseException) -> str:

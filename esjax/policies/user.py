@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from esjax.envs.usercode import first_line
 from esjax.specs.config import ConfigError
 
 PyTree = Any
@@ -296,8 +297,3 @@ def _called(factory: Callable[..., Any], name: str, arguments: Mapping[str, Any]
 def _is_equinox(made: Any) -> bool:
     equinox = sys.modules.get("equinox")
     return equinox is not None and isinstance(made, equinox.Module)
-
-
-def first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")

@@ -181,7 +181,7 @@ def kept_path(subdirectory: str, kind: str, key: Any, suffix: str) -> Path | Non
     """
     import jax
 
-    directory = jax.config.jax_compilation_cache_dir
+    directory = jax.config.read("jax_compilation_cache_dir")
     if not directory:
         return None
     parts = json.dumps([kind, key, code_fingerprint()], sort_keys=True, default=repr)
@@ -211,9 +211,9 @@ def code_fingerprint() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     h = hashlib.sha256()
-    package = Path(__file__).resolve().parents[1]
-    for source in sorted(package.rglob("*.py")):
-        h.update(str(source.relative_to(package)).encode())
+    esjax_folder = Path(__file__).resolve().parents[1]
+    for source in sorted(esjax_folder.rglob("*.py")):
+        h.update(str(source.relative_to(esjax_folder)).encode())
         h.update(source.read_bytes())
     for package in ("jax", "jaxlib", "evosax", "flax", "gymnax", "optax"):
         with contextlib.suppress(PackageNotFoundError):

@@ -162,7 +162,7 @@ def check_program_fits(needed: int, device: Any, what: str, knob: str) -> None:
 
 def check_fits(found: MemoryEstimate) -> None:
     """One line with both numbers and the knobs to turn when a generation cannot fit."""
-    if found.fits:
+    if found.fits or found.available is None:
         return
     raise ConfigError(
         f"a generation needs about {_gib(found.needed)} but {found.where} has "

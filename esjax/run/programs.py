@@ -23,7 +23,7 @@ import dataclasses
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import jax
 from jax import export
@@ -31,7 +31,7 @@ from jax import export
 from esjax.run.cache import keep, kept_path
 
 if TYPE_CHECKING:  # the engine imports evosax, which starts JAX's backend on import
-    from esjax.engine.generation import Engine
+    from esjax.engine.generation import BlockProgram, Engine
 
 SUBDIRECTORY = "esjax-programs"
 COMPILE_THREAD = "esjax-compile"
@@ -66,7 +66,7 @@ class KeptProgram:
         self.key = key
         self.out_tree = out_tree
         self.place = place
-        self._calls: dict[Any, tuple[Callable, Any]] = {}
+        self._calls: dict[Any, tuple[Any, Any]] = {}  # (an exported call or None, its out tree)
         self._building: dict[Any, threading.Thread] = {}
 
     def __call__(self, *args: Any) -> Any:
@@ -82,7 +82,8 @@ class KeptProgram:
         return jax.tree.unflatten(out_tree, call(*leaves))
 
     def lower(self, *args: Any) -> Any:
-        return self.fn.lower(*args)
+        lower: Callable[..., Any] = getattr(self.fn, "lower")  # noqa: B009 (jax.jit's function)
+        return lower(*args)
 
     def compile_in_background(self, *args: Any) -> None:
         """Trace, lower and compile the program for ``args``' shapes in a thread of its own.
@@ -125,7 +126,9 @@ class KeptProgram:
         return sum(getattr(call, "_cache_size", lambda: 1)()
                    for call, _ in list(self._calls.values()) if call is not None)  # fmt: skip
 
-    def _prepare(self, args, leaves, in_tree, signature) -> tuple[Callable | None, Any]:
+    def _prepare(self, args, leaves, in_tree, signature) -> tuple[Any, Any]:
+        """``(call, out_tree)``: the jitted call of the exported module (None where it cannot be
+        kept), and the tree its flat outputs make."""
         if jax.process_count() > 1:  # every process would have to agree on the file
             return None, None
         out_tree = self.out_tree(*args)
@@ -188,6 +191,8 @@ def keep_programs(engine: Engine, key: Any) -> Engine:
     block_tree, evaluation_tree = engine.output_trees()
     return dataclasses.replace(
         engine,
-        run_block=KeptProgram(engine.run_block, "block", key, block_tree, engine.place),
+        run_block=cast(
+            "BlockProgram", KeptProgram(engine.run_block, "block", key, block_tree, engine.place)
+        ),
         evaluate=KeptProgram(engine.evaluate, "evaluation", key, evaluation_tree, engine.place),
     )
