@@ -181,7 +181,7 @@ def kept_path(subdirectory: str, kind: str, key: Any, suffix: str) -> Path | Non
     """
     import jax
 
-    directory = jax.config.read("jax_compilation_cache_dir")
+    directory = jax.config.values.get("jax_compilation_cache_dir")
     if not directory:
         return None
     parts = json.dumps([kind, key, code_fingerprint()], sort_keys=True, default=repr)
