@@ -489,16 +489,27 @@ def test_nonfinite_strategy_settings_are_refused_whatever_the_settings_are(tmp_p
 
 # ---------------------------------------------------------------------------- memory preflight
 def test_memory_preflight_refuses_an_impossible_network_without_allocating(tmp_path, monkeypatch):
+    import jax
+
     import esjax.engine.generation
     import esjax.run.saved  # binds engine's functions now, not while they are patched below
     import esjax.strategies.strategy
+    from esjax.rollout.population_rollout import PopulationRollout
 
     def no_allocating(*args, **kwargs):
         raise AssertionError("allocated parameters for a network that cannot fit")
 
+    shapes_only = PopulationRollout.init_params
+
+    def traced_only(self, key):
+        """A member's parameters from shapes alone (traced); a concrete init would allocate."""
+        if not isinstance(key, jax.core.Tracer):
+            no_allocating()
+        return shapes_only(self, key)
+
     # Building the engine or a strategy (or any concrete init) would allocate the weights.
     monkeypatch.setattr(esjax.engine.generation, "make_engine", no_allocating)
-    monkeypatch.setattr(esjax.engine.generation, "flat_template", no_allocating)
+    monkeypatch.setattr(PopulationRollout, "init_params", traced_only)
     hidden = ["policy.hidden=[100000,100000]"]
     with pytest.raises(ConfigError) as err:
         evolve("pendulum", out=tmp_path / "run", popsize=8, overrides=[*SMALL, *hidden])
