@@ -67,9 +67,10 @@ def test_the_task_list_names_the_strategies_each_task_has_settings_for(tmp_path,
     """``esjax list``: a task's own strategy, then each [strategy_settings.NAME] as written."""
     rows = {name: strategies for name, strategies, _ in presets.task_rows()}
     assert list(rows) == presets.names("task")
-    for name, strategies in rows.items():  # no shipped preset has a table yet
+    for name, strategies in rows.items():  # its own, then each table in the file's order
         raw = tomllib.loads((presets.preset_dir("task") / f"{name}.toml").read_text())
-        assert strategies == [raw.get("strategy", "open_es")], name
+        tables = [k for k, v in raw.get("strategy_settings", {}).items() if isinstance(v, dict)]
+        assert strategies == [raw.get("strategy", "open_es"), *tables], name
     folder = tmp_path / "tasks"
     folder.mkdir()
     shutil.copy(Path(__file__).parent / "data" / "per-strategy.toml", folder / "mine.toml")
