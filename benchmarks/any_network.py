@@ -4,7 +4,9 @@ The tanh MLP 256-256 is esjax's built-in ``mlp`` and a user's network in flax li
 equinox and plain ``(init, apply)`` functions (``tests/data/networks.py``). Each steps a whole
 jitted generation of esjax's engine (ask, rollout, tell) on Pendulum-v1 under ``lowrank_es``
 (rank 1) and under lazy ``open_es`` (members made whole inside their chunk), in one process;
-the table gives env steps/s, each network's ratio to the built-in MLP under ``lowrank_es``, and
+every generation is compiled first, then timed once per round in turn, so a drift of the
+machine's speed falls on all alike (the median of ``--repeats`` rounds). The table gives env
+steps/s, each network's ratio to the built-in MLP under ``lowrank_es``, and
 each network's low-rank rate over its own rate under ``open_es``.
 
 The recurrent cell (an Elman cell of 256 units, plain functions) steps under ``lowrank_es``
@@ -20,12 +22,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from collections.abc import Iterator
+import statistics
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-from timing import median_time
 
 from esjax.engine.generation import make_engine
 from esjax.policies import perturb
@@ -44,7 +47,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--popsize", type=int, default=2048)
     parser.add_argument("--hidden", type=int, default=256, help="width of each layer / cell")
     parser.add_argument("--steps", type=int, default=200, help="steps per episode")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=7, help="rounds over every generation")
     return parser.parse_args()
 
 
@@ -55,16 +58,31 @@ def policy(name: str, hidden: int) -> MLP | CodePolicy:
     return CodePolicy(f"{NETWORKS}:{factory}", {"hidden": (hidden, hidden)})
 
 
-def rate(name: str, strategy: str, args: argparse.Namespace) -> float:
-    """Env steps/s of one jitted generation (median of ``--repeats`` after a warm-up)."""
+def generation(name: str, strategy: str, args: argparse.Namespace) -> Callable[[], float]:
+    """One jitted generation (ask, rollout, tell), compiled: a call times it once, in seconds."""
     rollout = PopulationRollout(ENV_ID, policy(name, args.hidden), args.steps,
                                 devices=jax.devices()[:1])  # fmt: skip
     spec = load_strategy(strategy, {"popsize": args.popsize})
     engine = make_engine(rollout, rollout, lambda n: build_strategy(spec, n), block=1)
-    state = engine.init(jnp.arange(1))
-    seconds, _ = median_time(engine.run_block, state, jnp.asarray(1, jnp.int32),
-                             repeats=args.repeats)  # fmt: skip
-    return args.popsize * args.steps / seconds
+    state, active = engine.init(jnp.arange(1)), jnp.asarray(1, jnp.int32)
+    jax.block_until_ready(engine.run_block(state, active))
+
+    def timed() -> float:
+        start = time.perf_counter()
+        jax.block_until_ready(engine.run_block(state, active))
+        return time.perf_counter() - start
+
+    return timed
+
+
+def rates(timers: dict[str, Callable[[], float]], args: argparse.Namespace) -> dict[str, float]:
+    """Env steps/s of each generation: ``--repeats`` rounds, each timing every generation once
+    in turn, so a drift of the machine's speed falls on all of them alike; the median round."""
+    times: dict[str, list[float]] = {name: [] for name in timers}
+    for _ in range(args.repeats):
+        for name, timed in timers.items():
+            times[name].append(timed())
+    return {name: args.popsize * args.steps / statistics.median(t) for name, t in times.items()}
 
 
 @contextlib.contextmanager
@@ -83,20 +101,24 @@ def main() -> None:
     device = jax.devices()[0]
     print(f"jax {jax.__version__}, {device.device_kind} ({device.platform}); {ENV_ID}, "
           f"popsize {args.popsize}, {args.steps}-step episodes, tanh MLP {args.hidden}-"
-          f"{args.hidden}, median of {args.repeats}")  # fmt: skip
+          f"{args.hidden}, median of {args.repeats} interleaved rounds")  # fmt: skip
     print(
         "| network | lowrank_es r1 env steps/s | / built-in | open_es (lazy) | low-rank / open_es |"
     )
     print("|---|---|---|---|---|")
-    builtin = None
-    for name in ("built-in", *FRAMEWORKS):
-        lowrank, openes = rate(name, "lowrank_es", args), rate(name, "open_es", args)
-        builtin = builtin or lowrank
+    names = ("built-in", *FRAMEWORKS)
+    timers = {(n, strategy): generation(n, strategy, args)
+              for n in names for strategy in ("lowrank_es", "open_es")}  # fmt: skip
+    timers[("cell", "split")] = generation("cell", "lowrank_es", args)
+    with members_formed_whole():
+        timers[("cell", "whole")] = generation("cell", "lowrank_es", args)
+    found = rates(timers, args)
+    builtin = found[("built-in", "lowrank_es")]
+    for name in names:
+        lowrank, openes = found[(name, "lowrank_es")], found[(name, "open_es")]
         print(f"| {name} | {lowrank / 1e6:.3f} M | {lowrank / builtin:.2f}x | "
               f"{openes / 1e6:.3f} M | {lowrank / openes:.2f}x |", flush=True)  # fmt: skip
-    split = rate("cell", "lowrank_es", args)
-    with members_formed_whole():
-        whole = rate("cell", "lowrank_es", args)
+    split, whole = found[("cell", "split")], found[("cell", "whole")]
     print(f"\nElman cell of {args.hidden} units (plain functions) under lowrank_es r1: split "
           f"{split / 1e6:.3f} M env steps/s, formed whole {whole / 1e6:.3f} M: "
           f"{split / whole:.2f}x")  # fmt: skip

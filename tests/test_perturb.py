@@ -185,6 +185,33 @@ def test_a_leaf_seen_through_a_transpose_a_cast_a_scan_or_a_jit_keeps_its_split(
                                rtol=1e-5, atol=1e-5)  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    "product",
+    [
+        lambda w, x: w @ x,  # the weight on the left, the other operand with a free axis
+        lambda w, x: jnp.einsum("oi,ib->bo", w, x),
+        lambda w, x: w @ x[:, 0],
+        lambda w, x: jax.lax.dot_general(w[None], x[None], (((2,), (1,)), ((0,), (0,))))[0],
+    ],
+)
+def test_a_weight_on_the_left_keeps_the_products_order_of_axes(product):
+    """The shared product of a left-hand weight is taken as ``x @ Wᵀ`` (batch-first under
+    ``vmap``) and turned back: a chunk of members, sharing one mean, equals each member on its
+    full weights."""
+    params = {"w": jax.random.normal(jax.random.key(3), (4, 5))}
+
+    def network(p, x):
+        return jnp.tanh(product(p["w"], x))
+
+    plan = perturb.plan(network, params, jnp.ones((5, 7)))
+    xs = jax.random.normal(jax.random.key(4), (3, 5, 7))
+    step = perturb.splitting(network)
+    got = jax.vmap(lambda key, x: step(lowrank_member(params, plan, 2, key), x))(jnp.arange(3), xs)
+    for key, x, out in zip(range(3), xs, got, strict=True):
+        member = lowrank_member(params, plan, 2, key)
+        np.testing.assert_allclose(out, network(full_weights(member), x), rtol=1e-5, atol=1e-5)
+
+
 def test_plain_parameters_trace_the_network_itself():
     """Plain parameters never enter the interpreter: the same jaxpr as the network's own."""
     policy = build("lstm")

@@ -274,7 +274,7 @@ class _Interpreter:
         if joined and weight.axis in (*use.contracted, *use.batched):
             first, second = use.operands(self.formed_whole(weight, "dot_general"))
             return lax.dot_general(first, second, dims, **options)
-        shared = lax.dot_general(_plain(lhs), _plain(rhs), dims, **options)
+        shared = _shared_product(_plain(lhs), _plain(rhs), use, options)
         parts = weight.parts if joined else (weight,)
         corrections = [self._correction(part, use, options) for part in parts]
         if not joined:
@@ -436,6 +436,33 @@ class _Use:
             other_ndim = _plain(self.other).ndim
             before += other_ndim - len(self.other_contracted) - len(self.batched)
         return before + free.index(axis)
+
+
+def _shared_product(
+    lhs: jax.Array, rhs: jax.Array, use: _Use, options: dict[str, Any]
+) -> jax.Array:
+    """The product with the shared mean, taken with the weight as the right operand.
+
+    A network that multiplies ``W @ x`` (equinox's ``Linear``) puts the weight on the left. Under
+    ``vmap`` over members the shared product then comes out with the batch axis last while each
+    member's correction has it first, and XLA transposes every layer's activations to add them
+    (0.69x the built-in MLP's rate at 256-256). The same contraction taken as ``x @ Wᵀ`` comes
+    out batch-first like the correction; it is turned back to ``dot_general``'s order of axes
+    only where the other operand keeps free axes of its own.
+    """
+    if not use.left:
+        return lax.dot_general(lhs, rhs, use.dims, **options)
+    (lhs_contracted, rhs_contracted), (lhs_batched, rhs_batched) = use.dims
+    swapped = ((rhs_contracted, lhs_contracted), (rhs_batched, lhs_batched))
+    product = lax.dot_general(rhs, lhs, swapped, **options)
+    batch = len(lhs_batched)
+    other_free = rhs.ndim - len(rhs_contracted) - len(rhs_batched)
+    if other_free == 0:
+        return product
+    weight_free = lhs.ndim - len(lhs_contracted) - len(lhs_batched)
+    order = (*range(batch), *range(batch + other_free, batch + other_free + weight_free),
+             *range(batch, batch + other_free))  # fmt: skip
+    return lax.transpose(product, order)
 
 
 def _thin_product(weight: LowRank, use: _Use, options: dict[str, Any]) -> jax.Array:
