@@ -17,6 +17,7 @@ so that a file outside the run linked in under one of esjax's names is never wri
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -24,7 +25,7 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from esjax.specs.config import ConfigError
 
@@ -51,11 +52,22 @@ def atomic_write(path: str | Path, data: bytes, *, through_special: bool = False
         with path.open("wb") as handle:
             handle.write(data)
         return
+    with replacing(path) as handle:
+        handle.write(data)
+
+
+@contextlib.contextmanager
+def replacing(path: Path) -> Iterator[BinaryIO]:
+    """A new file whose bytes take ``path``'s place whole when the block ends.
+
+    It is written beside ``path``, fsynced and renamed over it, so a crash leaves the old
+    version or the new one; an error inside the block leaves the old one and no temporary file.
+    """
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.chmod(tmp, 0o644)  # mkstemp's 0600 would make run files private to one user
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)

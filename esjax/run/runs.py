@@ -61,6 +61,7 @@ from esjax.run.files import (
     read_bytes,
     read_json,
     read_lines,
+    replacing,
 )
 from esjax.specs.config import ConfigError, RunConfig
 
@@ -399,20 +400,10 @@ def truncate_metrics(run_dir: str | Path, generation: int) -> None:
     path = Path(run_dir) / METRICS
     if not os.path.lexists(path):
         return
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.chmod(tmp, 0o644)
-        with os.fdopen(fd, "wb") as handle:
-            for _, line, row in _metrics_lines(run_dir):
-                if row is not None and row["generation"] <= generation:
-                    handle.write(line if line.endswith(b"\n") else line + b"\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
+    with replacing(path) as handle:
+        for _, line, row in _metrics_lines(run_dir):
+            if row is not None and row["generation"] <= generation:
+                handle.write(line if line.endswith(b"\n") else line + b"\n")
 
 
 # ---------------------------------------------------------------------------- checkpoints
