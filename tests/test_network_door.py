@@ -6,7 +6,6 @@ no run directory left behind. This is CONTRIBUTING.md's fourth recipe, exercised
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import gymnax
@@ -14,7 +13,7 @@ import jax
 import numpy as np
 import pytest
 from test_cli import assert_clean_error, esjax
-from test_run_as_data import cli
+from test_run_as_data import cli, eval_unsealed_copy
 
 from esjax.run import runs, trust
 from esjax.run.saved import load_policy
@@ -59,12 +58,7 @@ def test_a_users_network_trains_evaluates_resumes_and_loads(factory, tmp_path):
 def test_a_copied_run_naming_a_users_network_is_refused_unsealed(tmp_path):
     run = tmp_path / "run"
     assert evolve(run, "nnx_mlp", "--generations", "1")[0] == 0
-    copy = tmp_path / "copy"
-    shutil.copytree(run, copy)
-    (copy / trust.SEAL).unlink()
-    trust._GRANTED.clear()
-    code, output = cli("eval", copy, "--episodes", "2")
-    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    code, errors, output = eval_unsealed_copy(run, tmp_path / "copy")
     assert code == 2 and len(errors) == 1, output
     assert "nnx_mlp" in errors[0] and "--trust-code" in errors[0]
     trust._GRANTED.clear()

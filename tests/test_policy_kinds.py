@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from gymnax.environments import spaces
-from test_run_as_data import cli
+from test_run_as_data import cli, eval_unsealed_copy
 
 from esjax.engine.tasks import make_rollout, policy_spec
 from esjax.policies.networks import SPECS, CodePolicy
@@ -125,11 +125,7 @@ def test_a_users_module_trains_evaluates_and_a_copied_run_is_refused(tmp_path):
     assert code == 0, output
     assert cli("eval", run, "--episodes", "2")[0] == 0
     copy = tmp_path / "copy"
-    shutil.copytree(run, copy)
-    (copy / trust.SEAL).unlink()
-    trust._GRANTED.clear()
-    code, output = cli("eval", copy, "--episodes", "2")
-    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    code, errors, output = eval_unsealed_copy(run, copy)
     assert code == 2 and len(errors) == 1, output
     assert f"policy '{TOY}:make'" in errors[0] and "--trust-code" in errors[0]
     assert cli("eval", copy, "--episodes", "2", "--trust-code")[0] == 0

@@ -46,6 +46,16 @@ def cli(*args: object) -> tuple[int, str]:
     return int(code or 0), out.getvalue()
 
 
+def eval_unsealed_copy(run: Path, copy: Path) -> tuple[int, list[str], str]:
+    """``esjax eval`` of a copy of ``run`` without its seal, as a run handed over arrives:
+    ``(exit code, its error lines, all it printed)``."""
+    shutil.copytree(run, copy)
+    (copy / trust.SEAL).unlink()
+    trust._GRANTED.clear()
+    code, output = cli("eval", copy, "--episodes", "2")
+    return code, [line for line in output.splitlines() if line.startswith("error:")], output
+
+
 def assert_one_line(code: int, output: str, *parts: str) -> None:
     assert code == 2, output
     lines = [line for line in output.strip().splitlines() if line.startswith("error:")]
