@@ -109,17 +109,17 @@ def test_evolve_reports_progress_and_a_summary(run):
 
 
 def test_another_strategy_says_in_one_line_which_task_settings_it_drops(tmp_path):
-    """pendulum's [strategy_settings] are open_es's: a run with low-rank ES (for which the task
-    has no settings) says so in one warning line, and runs (issue 67)."""
-    result = esjax("evolve", "pendulum", "--strategy", "lowrank_es", *SMALL, "--generations", "1",
+    """pendulum's [strategy_settings] are open_es's: a run with SNES (for which the task has no
+    table) says so in one warning line, and runs (issue 67)."""
+    result = esjax("evolve", "pendulum", "--strategy", "snes", *SMALL, "--generations", "1",
                    "--out", tmp_path / "run", cwd=tmp_path)  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("warning: tasks/pendulum.toml: "), line
-    assert "lr_decay=0.985" in line and "lowrank_es" in line
+    assert "lr_decay=0.985" in line and "[strategy_settings.snes]" in line
     config = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert config["strategy"]["name"] == "lowrank_es"
-    assert config["strategy"]["settings"]["lr_decay"] == 1.0  # strategies/lowrank_es.toml's
+    assert config["strategy"]["name"] == "snes"
+    assert config["strategy"]["settings"]["lr_decay"] == 1.0  # the sgd optimizer's, not the task's
 
 
 def test_existing_run_directory_is_never_overwritten(run):

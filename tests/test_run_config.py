@@ -161,6 +161,11 @@ def preset_settings(name: str) -> dict:
     return tomllib.loads((presets.preset_dir("strategy") / f"{name}.toml").read_text())["settings"]
 
 
+def task_file(name: str) -> dict:
+    """A shipped task's table, read from its file."""
+    return tomllib.loads((presets.preset_dir("task") / f"{name}.toml").read_text())
+
+
 def resolved(task, **kwargs) -> tuple[RunConfig, list[str]]:
     """``(config, warnings)``: every warning, not only a message's first in this process."""
     with warnings.catch_warnings(record=True) as caught:
@@ -226,24 +231,26 @@ def test_the_popsize_rule_rescales_a_tables_decay_but_keeps_one_given_by_set():
 
 
 def test_a_strategy_without_settings_in_the_task_says_which_it_drops():
-    """pendulum's [strategy_settings] are open_es's: low-rank ES runs on its preset's settings
-    and one line names what it runs without, spelled as --set would keep it."""
-    config, said = resolved("pendulum", strategy="lowrank_es")
-    assert config.strategy.settings["lr_decay"] == preset_settings("lowrank_es")["lr_decay"]
+    """pendulum's [strategy_settings] are open_es's and it has no table for SNES: SNES runs on
+    its preset's settings and one line names what it runs without, spelled as --set would keep
+    it."""
+    assert "snes" not in task_file("pendulum")["strategy_settings"]
+    config, said = resolved("pendulum", strategy="snes")
+    assert config.strategy.settings["lr_decay"] == 1.0  # the sgd optimizer's, not the task's
     assert len(said) == 1 and "\n" not in said[0]
     assert said[0].startswith("tasks/pendulum.toml: ")
-    assert "lr_decay=0.985" in said[0] and "[strategy_settings.lowrank_es]" in said[0]
+    assert "lr_decay=0.985" in said[0] and "[strategy_settings.snes]" in said[0]
     # A setting given by --set is not dropped; with every one given, nothing is said.
     config, said = resolved(PER_STRATEGY, strategy="snes",
                             overrides=["strategy_settings.learning_rate=0.5"])  # fmt: skip
     assert config.strategy.settings["learning_rate"] == 0.5
     assert len(said) == 1 and "lr_decay=0.985" in said[0] and "learning_rate" not in said[0]
-    assert not resolved("pendulum", strategy="lowrank_es",
+    assert not resolved("pendulum", strategy="snes",
                         overrides=["strategy_settings.lr_decay=0.985"])[1]  # fmt: skip
     # A task with no settings of its own drops none; an empty table says "the preset's alone".
     assert not resolved("cartpole", strategy="lowrank_es")[1]
-    empty = ["strategy_settings.lowrank_es={}"]
-    config, said = resolved("pendulum", strategy="lowrank_es", overrides=empty)
+    empty = ["strategy_settings.snes={}"]
+    config, said = resolved("pendulum", strategy="snes", overrides=empty)
     assert not said and config.strategy.settings["lr_decay"] == 1.0
     # A refused command says only why.
     with warnings.catch_warnings(record=True) as caught:
@@ -296,7 +303,7 @@ def test_a_stored_task_reads_back_with_its_tables_or_without(tmp_path):
     assert RunConfig.from_json(data, "config.json") == config
     plain = resolve_config("pendulum", popsize=8)
     plain_data = json.loads(json.dumps(plain.to_json()))
-    assert plain_data["task"]["strategy_settings"] == {"lr_decay": 0.985}  # no new keys
+    assert plain_data["task"]["strategy_settings"] == task_file("pendulum")["strategy_settings"]
     assert RunConfig.from_json(plain_data, "config.json") == plain
     old = json.loads((DATA / "run-v1" / runs.CONFIG).read_text())  # written before tables
     task = RunConfig.from_json(old, "config.json").task
