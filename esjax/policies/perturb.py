@@ -471,6 +471,12 @@ def _thin_product(weight: LowRank, use: _Use, options: dict[str, Any]) -> jax.Ar
     The factor over the contracted block meets the other operand first (``r`` numbers per
     output position), then the factor over the free block spreads them back out; both come
     out in ``dot_general``'s order (the lhs's free axes, then the rhs's).
+
+    A weight on the left whose other operand has no free axes (equinox's ``Linear`` on one
+    observation, ``W @ x``) takes the right-hand order, which gives the same axes: under
+    ``vmap`` over members the correction is then ``(members, out)`` rather than ``(members,
+    out, 1)`` with a trailing axis of one, which XLA CPU's YNN fusion ran at 0.65x the
+    built-in MLP's rate (1.07x in this order, 256-256 at popsize 2048).
     """
     k = weight.split
     columns = sorted(use.contracted) == list(range(k, weight.ndim))
@@ -479,7 +485,8 @@ def _thin_product(weight: LowRank, use: _Use, options: dict[str, Any]) -> jax.Ar
     mine = tuple(d + offset for d in use.contracted)
     other = _plain(use.other)
     none: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
-    if use.left:
+    other_free = other.ndim - len(use.other_contracted)
+    if use.left and other_free:
         thin = lax.dot_general(first, other, ((mine, use.other_contracted), none), **options)
         return lax.dot_general(second, thin, (((0,), (0,)), none), **options)
     thin = lax.dot_general(other, first, ((use.other_contracted, mine), none), **options)
