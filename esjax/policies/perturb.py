@@ -425,16 +425,19 @@ class _Use:
     def other_contracted(self) -> tuple[int, ...]:
         return tuple(self.dims[0][1 if self.left else 0])
 
+    @property
+    def other_free(self) -> int:
+        """How many free axes the other operand keeps (they land in the product beside the
+        weight's: before them when the weight is on the right)."""
+        return _plain(self.other).ndim - len(self.other_contracted) - len(self.batched)
+
     def operands(self, weight: jax.Array) -> tuple[Any, Any]:
         return (weight, self.other) if self.left else (self.other, weight)
 
     def output_axis(self, axis: int, ndim: int) -> int:
         """Where the weight's free ``axis`` lands in the product (batch, lhs free, rhs free)."""
         free = [d for d in range(ndim) if d not in self.contracted and d not in self.batched]
-        before = len(self.batched)
-        if not self.left:
-            other_ndim = _plain(self.other).ndim
-            before += other_ndim - len(self.other_contracted) - len(self.batched)
+        before = len(self.batched) + (0 if self.left else self.other_free)
         return before + free.index(axis)
 
 
@@ -455,8 +458,7 @@ def _shared_product(
     (lhs_contracted, rhs_contracted), (lhs_batched, rhs_batched) = use.dims
     swapped = ((rhs_contracted, lhs_contracted), (rhs_batched, lhs_batched))
     product = lax.dot_general(rhs, lhs, swapped, **options)
-    batch = len(lhs_batched)
-    other_free = rhs.ndim - len(rhs_contracted) - len(rhs_batched)
+    batch, other_free = len(lhs_batched), use.other_free
     if other_free == 0:
         return product
     weight_free = lhs.ndim - len(lhs_contracted) - len(lhs_batched)
@@ -475,8 +477,9 @@ def _thin_product(weight: LowRank, use: _Use, options: dict[str, Any]) -> jax.Ar
     A weight on the left whose other operand has no free axes (equinox's ``Linear`` on one
     observation, ``W @ x``) takes the right-hand order, which gives the same axes: under
     ``vmap`` over members the correction is then ``(members, out)`` rather than ``(members,
-    out, 1)`` with a trailing axis of one, which XLA CPU's YNN fusion ran at 0.65x the
-    built-in MLP's rate (1.07x in this order, 256-256 at popsize 2048).
+    out, 1)`` with a trailing axis of one, which XLA CPU's YNN fusion ran at 0.66x the
+    built-in MLP's rate (0.95-0.99x in this order, 256-256 at popsize 2048,
+    ``benchmarks/any_network.py``).
     """
     k = weight.split
     columns = sorted(use.contracted) == list(range(k, weight.ndim))
@@ -485,8 +488,7 @@ def _thin_product(weight: LowRank, use: _Use, options: dict[str, Any]) -> jax.Ar
     mine = tuple(d + offset for d in use.contracted)
     other = _plain(use.other)
     none: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
-    other_free = other.ndim - len(use.other_contracted)
-    if use.left and other_free:
+    if use.left and use.other_free:
         thin = lax.dot_general(first, other, ((mine, use.other_contracted), none), **options)
         return lax.dot_general(second, thin, (((0,), (0,)), none), **options)
     thin = lax.dot_general(other, first, ((use.other_contracted, mine), none), **options)
