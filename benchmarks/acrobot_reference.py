@@ -1,7 +1,7 @@
 """How far the acrobot reference looks ahead: mean return per plan shape and first-link length.
 
-The reference (esjax/engine/baselines.py) takes the first action of the best of every sequence of
-MOVES actions, each held HOLD steps. This script plays it on gymnax's Acrobot-v1 for each shape
+The reference (esjax/_src/engine/baselines.py) takes the first action of the best of every sequence
+of MOVES actions, each held HOLD steps. This script plays it on gymnax's Acrobot-v1 for each shape
 and length, beside two rules that need no model (torque with the elbow's or the shoulder's
 speed), on the same start states, and prints one row per rule.
 
@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from esjax.engine.baselines import PLAN_HOLD, PLAN_MOVES, acrobot_action, acrobot_plans
+from esjax._src.engine.baselines import PLAN_HOLD, PLAN_MOVES, acrobot_action, acrobot_plans
 
 LENGTHS = (0.1, 0.4, 0.7, 1.0, 1.3, 1.6, 1.9)  # acrobot-meta trains on U[0.1, 1.9]
 SHAPES = ((1, 1), (3, 1), (4, 1), (3, 2), (2, 4), (3, 3), (4, 3), (3, 4), (2, 5), (3, 5))

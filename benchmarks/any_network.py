@@ -12,8 +12,8 @@ median of the rounds' own ratios), and each network's low-rank rate over its own
 ``open_es``.
 
 The recurrent cell (an Elman cell of 256 units, plain functions) steps under ``lowrank_es``
-twice: through :func:`esjax.policies.perturb.splitting`, and with each member's weights formed
-whole in its chunk (the same members, :func:`esjax.policies.perturb.materialise`), so the ratio
+twice: through :func:`esjax._src.policies.perturb.splitting`, and with each member's weights formed
+whole in its chunk (the same members, :func:`esjax._src.policies.perturb.materialise`), so the ratio
 is what the split products save on a network a user wrote.
 
     python benchmarks/any_network.py                 # popsize 2048, 200-step episodes
@@ -33,12 +33,12 @@ from typing import TypeAlias
 import jax
 import jax.numpy as jnp
 
-from esjax.engine.generation import make_engine
-from esjax.policies import perturb
-from esjax.policies.networks import MLP, CodePolicy
-from esjax.rollout.population_rollout import PopulationRollout
-from esjax.strategies.population import PairedMembers
-from esjax.strategies.strategy import build_strategy, load_strategy
+from esjax._src.engine.generation import make_engine
+from esjax._src.policies import perturb
+from esjax._src.policies.networks import MLP, CodePolicy
+from esjax._src.rollout.population_rollout import PopulationRollout
+from esjax._src.strategies.population import PairedMembers
+from esjax._src.strategies.strategy import build_strategy, load_strategy
 
 ENV_ID = "Pendulum-v1"
 NETWORKS = Path(__file__).resolve().parents[1] / "tests" / "data" / "networks.py"

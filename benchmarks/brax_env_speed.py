@@ -26,7 +26,7 @@ esjax.use_cpu_cores()  # before JAX starts, as every esjax run does
 import jax  # noqa: E402
 from brax import envs  # noqa: E402
 
-from esjax.envs.suite_brax import BACKENDS, UNMAINTAINED_WARNING  # noqa: E402
+from esjax._src.envs.suite_brax import BACKENDS, UNMAINTAINED_WARNING  # noqa: E402
 
 warnings.filterwarnings("ignore", message=UNMAINTAINED_WARNING, category=UserWarning)
 

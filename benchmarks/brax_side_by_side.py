@@ -46,9 +46,9 @@ from brax import envs  # noqa: E402
 from brax.training.agents.ars import train as ars  # noqa: E402
 from brax.training.agents.es import train as es  # noqa: E402
 
-from esjax.envs.suite_brax import UNMAINTAINED_WARNING  # noqa: E402
-from esjax.run.cache import disable_compilation_cache  # noqa: E402
-from esjax.run.training import clear_engine_cache, engine_for, resolve_config  # noqa: E402
+from esjax._src.envs.suite_brax import UNMAINTAINED_WARNING  # noqa: E402
+from esjax._src.run.cache import disable_compilation_cache  # noqa: E402
+from esjax._src.run.training import clear_engine_cache, engine_for, resolve_config  # noqa: E402
 
 # Brax warns on every env it builds that its pipelines are no longer maintained.
 warnings.filterwarnings("ignore", message=UNMAINTAINED_WARNING, category=UserWarning)

@@ -27,7 +27,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from brax import envs  # noqa: E402
 
-from esjax.envs.suite_brax import BACKENDS, EPISODE_LENGTH, UNMAINTAINED_WARNING  # noqa: E402
+from esjax._src.envs.suite_brax import BACKENDS, EPISODE_LENGTH, UNMAINTAINED_WARNING  # noqa: E402
 
 warnings.filterwarnings("ignore", message=UNMAINTAINED_WARNING, category=UserWarning)
 

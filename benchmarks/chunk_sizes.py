@@ -26,9 +26,9 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from esjax.engine.tasks import task_chunk_size  # noqa: E402
-from esjax.run.cache import disable_compilation_cache  # noqa: E402
-from esjax.run.training import clear_engine_cache, engine_for, resolve_config  # noqa: E402
+from esjax._src.engine.tasks import task_chunk_size  # noqa: E402
+from esjax._src.run.cache import disable_compilation_cache  # noqa: E402
+from esjax._src.run.training import clear_engine_cache, engine_for, resolve_config  # noqa: E402
 
 
 def measure(args: argparse.Namespace, chunk: int) -> tuple[list[float], np.ndarray]:

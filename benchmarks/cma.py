@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from evosax.algorithms import CMA_ES
 
-from esjax.strategies.cma import LazyCMA_ES, resolve_decomposition_every
+from esjax._src.strategies.cma import LazyCMA_ES, resolve_decomposition_every
 
 
 def default_popsize(num_dims: int) -> int:

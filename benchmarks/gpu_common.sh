@@ -15,7 +15,7 @@ gpu_smoke() {
     python3 - "$@" >"$out/logs/smoke.log" 2>&1 <<'PY'
 import importlib, sys
 import jax, brax, mujoco, evosax, gymnax, mujoco_playground  # noqa: F401,E401
-for name in ["esjax.envs.suites", "esjax.cli.main", "esjax.run.training", *sys.argv[1:]]:
+for name in ["esjax._src.envs.suites", "esjax._src.cli.main", "esjax._src.run.training", *sys.argv[1:]]:
     importlib.import_module(name)
 print("jax", jax.__version__, "brax", brax.__version__, "mujoco", mujoco.__version__)
 print("devices", jax.devices())

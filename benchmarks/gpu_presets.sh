@@ -21,7 +21,7 @@ quick=()
 curve() {
     python3 - "$1" <<'EOF'
 import pathlib, sys
-from esjax.run.runs import SUMMARY, is_run_dir, load_metrics, read_summary
+from esjax._src.run.runs import SUMMARY, is_run_dir, load_metrics, read_summary
 run = pathlib.Path(sys.argv[1])
 if not is_run_dir(run):
     sys.exit(print(f"  {run.name}: no run"))

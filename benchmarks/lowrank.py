@@ -19,7 +19,7 @@ Env steps/s is ``popsize x steps`` over the median seconds of a call (compile an
 call excluded). Memory is XLA's analysis of each compiled program (arguments + outputs +
 scratch), the same on CPU and GPU; the growth of the process's peak RSS is printed too (0 where
 an earlier cell's peak was higher). A cell is run only if it fits: first esjax's shape-only
-preflight (:func:`esjax.run.memory.estimate`), then the compiled program's own bytes, against
+preflight (:func:`esjax._src.run.memory.estimate`), then the compiled program's own bytes, against
 the memory available; otherwise it prints "does not fit". Every program runs on the first
 device (chunk sizes are esjax's choice for its platform), so the script runs unchanged on a GPU.
 
@@ -44,11 +44,11 @@ from evosax.algorithms import Open_ES
 from jax.flatten_util import ravel_pytree
 from timing import median_time
 
-from esjax.engine.generation import make_engine, member_layout
-from esjax.policies.networks import MLP
-from esjax.rollout.population_rollout import PopulationRollout
-from esjax.run import memory
-from esjax.strategies.strategy import build_strategy, load_strategy, population_floats
+from esjax._src.engine.generation import make_engine, member_layout
+from esjax._src.policies.networks import MLP
+from esjax._src.rollout.population_rollout import PopulationRollout
+from esjax._src.run import memory
+from esjax._src.strategies.strategy import build_strategy, load_strategy, population_floats
 
 ENV_ID = "Pendulum-v1"
 METHODS = ("batch inference", "lowrank_es", "open_es (lazy)", "evosax Open_ES")

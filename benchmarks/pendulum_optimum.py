@@ -33,8 +33,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from esjax.envs.core import make_env
-from esjax.specs.stats import mean_interval
+from esjax._src.envs.core import make_env
+from esjax._src.specs.stats import mean_interval
 
 # The gymnax-blines reader and the per-start episode loop are helpers, kept in tools/.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))

@@ -36,7 +36,7 @@ import statistics, time
 import esjax
 esjax.use_cpu_cores()
 import jax
-from esjax.policies.networks import MLP
+from esjax._src.policies.networks import MLP
 rollout = esjax.PopulationRollout("Pendulum-v1", MLP((64, 64)), 200)
 params = jax.vmap(rollout.init_params)(jax.random.split(jax.random.key(0), 512))
 key = jax.random.key(1)
@@ -53,10 +53,10 @@ print(512 * 200 / statistics.median(times))
 LOWRANK = """
 import statistics, sys, time
 import jax, jax.numpy as jnp
-from esjax.engine.generation import make_engine
-from esjax.policies.networks import MLP
-from esjax.rollout.population_rollout import PopulationRollout
-from esjax.strategies.strategy import build_strategy, load_strategy
+from esjax._src.engine.generation import make_engine
+from esjax._src.policies.networks import MLP
+from esjax._src.rollout.population_rollout import PopulationRollout
+from esjax._src.strategies.strategy import build_strategy, load_strategy
 width = int(sys.argv[1])
 rollout = PopulationRollout("Pendulum-v1", MLP((width, width)), 200, devices=jax.devices()[:1])
 spec = load_strategy("lowrank_es", {"popsize": 2048})

@@ -30,7 +30,7 @@ from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from esjax import PopulationRollout  # noqa: E402
-from esjax.policies.networks import MLP  # noqa: E402
+from esjax._src.policies.networks import MLP  # noqa: E402
 
 ENV_ID = "Pendulum-v1"
 

@@ -21,11 +21,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from esjax.engine.distributed import block_collectives
-from esjax.engine.generation import make_engine
-from esjax.policies.networks import MLP
-from esjax.rollout.population_rollout import PopulationRollout
-from esjax.strategies.strategy import build_strategy, load_strategy
+from esjax._src.engine.distributed import block_collectives
+from esjax._src.engine.generation import make_engine
+from esjax._src.policies.networks import MLP
+from esjax._src.rollout.population_rollout import PopulationRollout
+from esjax._src.strategies.strategy import build_strategy, load_strategy
 
 
 def main() -> None:

@@ -29,10 +29,10 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from timing import median_time  # noqa: E402
 
-from esjax.engine.generation import phase_functions  # noqa: E402
-from esjax.run.runs import load_metrics  # noqa: E402
-from esjax.run.saved import evaluate_run  # noqa: E402
-from esjax.run.training import (  # noqa: E402
+from esjax._src.engine.generation import phase_functions  # noqa: E402
+from esjax._src.run.runs import load_metrics  # noqa: E402
+from esjax._src.run.saved import evaluate_run  # noqa: E402
+from esjax._src.run.training import (  # noqa: E402
     clear_engine_cache,
     engine_for,
     evolve,

@@ -29,7 +29,16 @@ FIRST_BLOCK = re.compile(r"process start → first block\D*([0-9.]+) s")
 def run_once(task: str, extra: list[str], cache_dir: Path, out: Path) -> tuple[float, float]:
     """``(process start → first block, whole command)`` in seconds for one fresh process."""
     env = dict(os.environ, ESJAX_CACHE_DIR=str(cache_dir), ESJAX_NO_CACHE="", COLUMNS="200")
-    command = [sys.executable, "-m", "esjax.cli.main", "evolve", task, *extra, "--out", str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "esjax._src.cli.main",
+        "evolve",
+        task,
+        *extra,
+        "--out",
+        str(out),
+    ]
     start = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start

@@ -37,17 +37,17 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from timing import median_time  # noqa: E402
 
-from esjax.engine.generation import phase_functions  # noqa: E402
-from esjax.run.runs import load_metrics  # noqa: E402
-from esjax.run.saved import SavedPolicy, make_test_rollout  # noqa: E402
-from esjax.run.training import (  # noqa: E402
+from esjax._src.engine.generation import phase_functions  # noqa: E402
+from esjax._src.run.runs import load_metrics  # noqa: E402
+from esjax._src.run.saved import SavedPolicy, make_test_rollout  # noqa: E402
+from esjax._src.run.training import (  # noqa: E402
     clear_engine_cache,
     engine_for,
     evolve,
 )
-from esjax.specs.config import ConfigError  # noqa: E402
-from esjax.specs.stats import mean_interval  # noqa: E402
-from esjax.strategies import algorithms  # noqa: E402
+from esjax._src.specs.config import ConfigError  # noqa: E402
+from esjax._src.specs.stats import mean_interval  # noqa: E402
+from esjax._src.strategies import algorithms  # noqa: E402
 
 # Matched budgets: popsize x generations x rollouts x episode length env steps per seed at most.
 # One small policy for both tasks so that the full-matrix algorithms (CMA-ES, xNES, MA-ES,

@@ -35,9 +35,9 @@ import esjax
 
 esjax.use_cpu_cores()  # before JAX starts: one CPU device per core
 
-from esjax.analysis.reporting import REPS, read_cell, success, task_iqm  # noqa: E402
-from esjax.run.runs import load_metrics  # noqa: E402
-from esjax.run.training import clear_engine_cache, evolve  # noqa: E402
+from esjax._src.analysis.reporting import REPS, read_cell, success, task_iqm  # noqa: E402
+from esjax._src.run.runs import load_metrics  # noqa: E402
+from esjax._src.run.training import clear_engine_cache, evolve  # noqa: E402
 
 # preset -> (env id, blines ES final test return, env steps it took, blines failed?)
 BLINES = {

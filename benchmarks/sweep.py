@@ -17,7 +17,7 @@ import argparse
 import statistics
 import time
 
-from esjax.engine.distributed import use_cpu_cores
+from esjax._src.engine.distributed import use_cpu_cores
 
 
 def main() -> None:
@@ -34,7 +34,7 @@ def main() -> None:
     import jax.numpy as jnp
     import numpy as np
 
-    from esjax.run.training import _make_engine, resolve_config
+    from esjax._src.run.training import _make_engine, resolve_config
 
     config = resolve_config(args.task, overrides=args.overrides)
     engines = {"divided": _make_engine(config)}

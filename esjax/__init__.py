@@ -1,31 +1,33 @@
 """esjax: evolution-strategies neuroevolution on JAX.
 
 The public names are imported on first use (PEP 562): importing JAX, flax and evosax takes a
-second or more, which ``import esjax.specs.config``, ``esjax --help`` and ``esjax`` argument errors
-never need. ``from esjax import evolve, PopulationRollout`` works as if they were imported here.
+second or more, which ``import esjax._src.specs.config``, ``esjax --help`` and ``esjax`` argument
+errors never need. ``from esjax import evolve, PopulationRollout`` works as if they were imported
+here.
 """
 
 import importlib
 from typing import Any
 
-from esjax.specs.version import __version__
+from esjax._src.specs.version import __version__
 
 # Each public name and the module it lives in.
 _HOMES = {
-    "Interrupted": "esjax.run.training",
-    "RunSummary": "esjax.run.training",
-    "evolve": "esjax.run.training",
-    "ObsStats": "esjax.rollout.population_rollout",
-    "PopulationRollout": "esjax.rollout.population_rollout",
-    "RolloutResult": "esjax.rollout.population_rollout",
-    "obs_moments": "esjax.rollout.population_rollout",
-    "load_metrics": "esjax.run.runs",
-    "sweep": "esjax.analysis.sweeps",
-    "use_cpu_cores": "esjax.engine.distributed",
-    "SavedPolicy": "esjax.run.saved",
-    "evaluate_run": "esjax.run.saved",
-    "load_policy": "esjax.run.saved",
-    "report": "esjax.analysis.reporting",
+    "Interrupted": "esjax._src.run.training",
+    "RunSummary": "esjax._src.run.training",
+    "evolve": "esjax._src.run.training",
+    "ObsStats": "esjax._src.rollout.population_rollout",
+    "PopulationRollout": "esjax._src.rollout.population_rollout",
+    "RolloutResult": "esjax._src.rollout.population_rollout",
+    "obs_moments": "esjax._src.rollout.population_rollout",
+    "load_metrics": "esjax._src.run.runs",
+    "sweep": "esjax._src.analysis.sweeps",
+    "use_cpu_cores": "esjax._src.engine.distributed",
+    "SavedPolicy": "esjax._src.run.saved",
+    "evaluate_run": "esjax._src.run.saved",
+    "load_policy": "esjax._src.run.saved",
+    "report": "esjax._src.analysis.reporting",
+    "plot_runs": "esjax._src.analysis.plotting",
 }
 _SUBMODULES = ("policies",)
 
@@ -42,6 +44,7 @@ __all__ = [
     "load_metrics",
     "load_policy",
     "obs_moments",
+    "plot_runs",
     "policies",
     "report",
     "sweep",

@@ -1,6 +1,6 @@
 """``python -m esjax``: the ``esjax`` command line."""
 
-from esjax.cli.main import main
+from esjax._src.cli.main import main
 
 if __name__ == "__main__":
     main()

@@ -4,7 +4,7 @@
 
 The task file names this file's factory (``env = "custom_env.py:make_env"``, read beside
 the task file) and passes it options from its ``[env_kwargs]`` table. esjax
-needs only the gymnax-style protocol documented in ``esjax.envs.core``: ``reset``, a six-value
+needs only the gymnax-style protocol documented in ``esjax._src.envs.core``: ``reset``, a six-value
 ``step``, ``action_space``, ``observation_space`` and ``default_params``.
 
 The env: a point mass on a line must reach a target and stop there. The action is a force in

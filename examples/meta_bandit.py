@@ -17,8 +17,8 @@ import json
 import time
 from pathlib import Path
 
-from esjax.analysis.meta import mean_ci, seed_means
-from esjax.run.training import evolve
+from esjax._src.analysis.meta import mean_ci, seed_means
+from esjax._src.run.training import evolve
 
 REPO = Path(__file__).resolve().parents[1]
 SPLITS = {"p010": 0.1, "p025": 0.25, "p040": 0.4}

@@ -7,8 +7,8 @@
 
 Every policy is evolved with the same strategy and budget (3 seeds vmapped in one program),
 then tested on each split over the same held-out episodes, as is the analytic controller of
-``esjax.engine.baselines`` (told the true env parameters). Scores are normalised per split two ways:
-0 = zero torque, 1 = the analytic controller (paired by seed: the same episodes), and
+``esjax._src.engine.baselines`` (told the true env parameters). Scores are normalised per split two
+ways: 0 = zero torque, 1 = the analytic controller (paired by seed: the same episodes), and
 1 = the oracle MLP (given the true env parameters, as trained here). The LSTM is also tested
 with its state reset every step (memory lesion). Writes ``results.json``, ``table.md`` and
 ``scores.png`` into ``--out``; ``--eval-only`` re-tests existing runs there. More seeds later:
@@ -24,9 +24,9 @@ import json
 import time
 from pathlib import Path
 
-from esjax.analysis.meta import mean_ci, normalised, seed_means
-from esjax.engine.baselines import reference_returns
-from esjax.run.training import evolve
+from esjax._src.analysis.meta import mean_ci, normalised, seed_means
+from esjax._src.engine.baselines import reference_returns
+from esjax._src.run.training import evolve
 
 REPO = Path(__file__).resolve().parents[1]
 MLP = ["policy.kind=mlp", "policy.hidden=[64, 64]", "policy.meta_inputs=[]"]  # ~4.5k params
@@ -214,9 +214,9 @@ def tables_from_results(path: Path, preset: str, episodes: int) -> None:
 
 def analytic_record(results: dict, preset: str, episodes: int) -> dict:
     """Per seed: the analytic controller's and the zero action's mean test return per split."""
-    from esjax.engine.generation import seed_keys
-    from esjax.engine.tasks import make_rollout
-    from esjax.specs import presets
+    from esjax._src.engine.generation import seed_keys
+    from esjax._src.engine.tasks import make_rollout
+    from esjax._src.specs import presets
 
     _, task, _, _ = presets.load_task(preset.removesuffix(".toml"))
     seeds = _seed_ids(next(iter(results["runs"].values())))

@@ -26,8 +26,8 @@ from collections import defaultdict
 
 import pytest
 
-_CACHE_DIR = "ESJAX_CACHE_DIR"  # esjax.run.cache.ENV_DIR, without importing esjax this early
-_TRUST_KEY = "ESJAX_TRUST_KEY"  # esjax.run.trust.KEY_ENV
+_CACHE_DIR = "ESJAX_CACHE_DIR"  # esjax._src.run.cache.ENV_DIR, without importing esjax this early
+_TRUST_KEY = "ESJAX_TRUST_KEY"  # esjax._src.run.trust.KEY_ENV
 # Longest first, by the seconds each file's tests took in one run of the whole suite here (2
 # cores, two workers, loadfile); every other file keeps its place after these.
 _LONGEST_FILES = (
@@ -64,8 +64,8 @@ def pytest_configure(config):
     config._esjax_cache = tempfile.mkdtemp(prefix="esjax-test-xla-")
     config._esjax_saved = os.environ.get(_CACHE_DIR)
     os.environ[_CACHE_DIR] = config._esjax_cache
-    # The runs the tests make are sealed with a key of the test process's own (esjax.run.trust),
-    # never with the user's.
+    # The runs the tests make are sealed with a key of the test process's own
+    # (esjax._src.run.trust), never with the user's.
     config._esjax_saved_key = os.environ.get(_TRUST_KEY)
     os.environ[_TRUST_KEY] = os.path.join(config._esjax_cache, "trust.key")
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from gymnax.environments.classic_control.acrobot import EnvState
 
-from esjax.engine.baselines import (
+from esjax._src.engine.baselines import (
     PLAN_HOLD,
     PLAN_MOVES,
     acrobot_action,
@@ -25,10 +25,10 @@ from esjax.engine.baselines import (
     acrobot_plans,
     reference_returns,
 )
-from esjax.engine.generation import seed_keys
-from esjax.engine.tasks import make_rollout, make_sampler
-from esjax.specs import presets
-from esjax.specs.config import ConfigError, parse_task
+from esjax._src.engine.generation import seed_keys
+from esjax._src.engine.tasks import make_rollout, make_sampler
+from esjax._src.specs import presets
+from esjax._src.specs.config import ConfigError, parse_task
 
 ENV, DEFAULT = gymnax.make("Acrobot-v1")
 # Unequal links, so a term with the two links' masses, centres or inertia swapped shows.

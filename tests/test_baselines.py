@@ -17,12 +17,12 @@ import pytest
 from gymnax.environments.classic_control.pendulum import EnvState, angle_normalize
 from test_cli import SMALL, assert_clean_error, esjax
 
-from esjax.engine.baselines import pendulum_torque, reference_returns
-from esjax.engine.generation import seed_keys
-from esjax.engine.tasks import make_rollout, make_sampler
-from esjax.run.saved import baseline_returns
-from esjax.specs import presets
-from esjax.specs.config import ConfigError, parse_task
+from esjax._src.engine.baselines import pendulum_torque, reference_returns
+from esjax._src.engine.generation import seed_keys
+from esjax._src.engine.tasks import make_rollout, make_sampler
+from esjax._src.run.saved import baseline_returns
+from esjax._src.specs import presets
+from esjax._src.specs.config import ConfigError, parse_task
 
 ENV, DEFAULT = gymnax.make("Pendulum-v1")
 # Every start angle (0 = upright, +-pi hanging) with the reset's range of speeds, including
@@ -174,7 +174,7 @@ def test_eval_baseline_errors_are_one_line(runs):
 def test_a_grid_checks_what_the_analytic_controller_is_told_and_only_it():
     """An oracle policy told only m, on an m x l grid: the zero and random references are no
     controller of their own, so nothing is refused; the analytic one is told m and l, not dt."""
-    from esjax.engine.baselines import baseline_rollout, check_told_pinned
+    from esjax._src.engine.baselines import baseline_rollout, check_told_pinned
 
     _, raw, source = presets.locate("task", "pendulum-sign")
     raw = {**raw, "policy": {**raw.get("policy", {}), "param_inputs": ["m"], "meta_inputs": []}}
@@ -187,7 +187,7 @@ def test_a_grid_checks_what_the_analytic_controller_is_told_and_only_it():
 
 
 def test_zero_baseline_is_the_zero_weight_policy_on_the_same_episodes(runs):
-    from esjax.analysis.meta import seed_means
+    from esjax._src.analysis.meta import seed_means
 
     _, made = runs
     run_dir = made["pendulum-sign"]
@@ -232,7 +232,7 @@ def test_random_baseline_draws_continuous_actions_uniformly_in_the_bounds():
     """Pendulum's torque bounds [-2, 2]: the drawn actions pass a Kolmogorov-Smirnov test."""
     from scipy import stats
 
-    from esjax.engine.baselines import random_policy
+    from esjax._src.engine.baselines import random_policy
 
     rollout = make_rollout(parse_task({"env": "Pendulum-v1"}, "test"))
     policy = random_policy(rollout.policy)
@@ -246,7 +246,7 @@ def test_random_baseline_draws_continuous_actions_uniformly_in_the_bounds():
 def test_normalised_score_refuses_an_oracle_no_better_than_zero_actions():
     """0 at zero actions, 1 at the oracle, by hand; an oracle equal to zero actions has no
     scale, which is a clear error rather than an inf or nan that reads like a score."""
-    from esjax.analysis.meta import normalised
+    from esjax._src.analysis.meta import normalised
 
     assert normalised(-300.0, -900.0, -100.0) == pytest.approx(0.75)
     assert normalised(-900.0, -900.0, -100.0) == 0.0

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from test_cli import SMALL, cli_env
 
-from esjax.run import cache
+from esjax._src.run import cache
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -27,9 +27,9 @@ RUN_ONCE = textwrap.dedent(
     import json, sys
     import jax
     import numpy as np
-    from esjax.run import cache
-    from esjax.run.training import evolve
-    from esjax.run.runs import read_policy
+    from esjax._src.run import cache
+    from esjax._src.run.training import evolve
+    from esjax._src.run.runs import read_policy
 
     events = {"hits": 0, "misses": 0}
     def count(name, **_):
@@ -106,7 +106,7 @@ def test_cli_uses_the_cache_by_default_and_no_cache_turns_it_off(tmp_path):
     env.pop(cache.ENV_DIR, None)
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        command = [sys.executable, "-m", "esjax.cli.main", *args]
+        command = [sys.executable, "-m", "esjax._src.cli.main", *args]
         return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
 
     off = run("--no-cache", *base, "--out", "off")
@@ -121,7 +121,7 @@ def test_an_unwritable_cache_is_a_warning_not_a_failure(tmp_path):
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("a file where the cache directory should be")
     env = dict(cli_env(), ESJAX_CACHE_DIR=str(blocker / "xla"), ESJAX_NO_CACHE="")
-    command = [sys.executable, "-m", "esjax.cli.main", "evolve", "pendulum", *SMALL]
+    command = [sys.executable, "-m", "esjax._src.cli.main", "evolve", "pendulum", *SMALL]
     result = subprocess.run(
         [*command, "--generations", "1", "--out", str(tmp_path / "run")],
         env=env,
@@ -198,8 +198,8 @@ def test_remembered_keeps_a_result_beside_the_cache_and_only_while_it_is_on(tmp_
 def test_traced_settings_read_back_equal_the_ones_found_by_tracing(tmp_path):
     import jax
 
-    from esjax.run.cache import remembered
-    from esjax.strategies.strategy import build_strategy, load_strategy, traced_settings
+    from esjax._src.run.cache import remembered
+    from esjax._src.strategies.strategy import build_strategy, load_strategy, traced_settings
 
     saved = jax.config.jax_compilation_cache_dir
     try:
@@ -274,7 +274,7 @@ MAIN_ENV_RUN = """
 import sys
 from pathlib import Path
 import esjax
-from esjax.run import cache
+from esjax._src.run import cache
 {env}
 cache.enable_compilation_cache()  # as the command line does; the Python API leaves it off
 task = Path(sys.argv[1])

@@ -19,11 +19,11 @@ import pytest
 from flax import serialization
 from test_cli import esjax
 
-from esjax.engine.generation import from_host, to_host
-from esjax.run import runs
-from esjax.run.lifecycle import HOST_ARRAYS, migrate_checkpoint
-from esjax.run.training import engine_for, evolve
-from esjax.specs.config import ConfigError
+from esjax._src.engine.generation import from_host, to_host
+from esjax._src.run import runs
+from esjax._src.run.lifecycle import HOST_ARRAYS, migrate_checkpoint
+from esjax._src.run.training import engine_for, evolve
+from esjax._src.specs.config import ConfigError
 
 DATA = Path(__file__).parent / "data"
 RECORD = json.loads((DATA / "run-v1-continued.json").read_text())

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from esjax.envs.suites import suite_rows
-from esjax.specs import presets
+from esjax._src.envs.suites import suite_rows
+from esjax._src.specs import presets
 
 REPO = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -32,9 +32,10 @@ TINY = (*SMALL, "--generations", "3")
 
 
 def esjax_command() -> list[str]:
-    """The installed console script next to this interpreter, else ``python -m esjax.cli.main``."""
+    """The installed console script next to this interpreter, else
+    ``python -m esjax._src.cli.main``."""
     script = Path(sys.executable).parent / ("esjax.exe" if os.name == "nt" else "esjax")
-    return [str(script)] if script.is_file() else [sys.executable, "-m", "esjax.cli.main"]
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "esjax._src.cli.main"]
 
 
 def cli_env() -> dict[str, str]:
@@ -310,10 +311,11 @@ HELP = {
 def test_the_command_line_and_the_specs_import_without_jax(tmp_path):
     """``esjax --help`` and argument errors cost no JAX start-up: the CLI loads JAX on first use."""
     code = (
-        "import sys\nimport esjax, esjax.cli.main, esjax.specs.config, esjax.specs.presets\n"
+        "import sys\nimport esjax, esjax._src.cli.main, esjax._src.specs.config\n"
+        "import esjax._src.specs.presets\n"
         "print(sorted({'jax', 'flax', 'evosax', 'gymnax'} & set(sys.modules)))\n"
         "from esjax import evolve, sweep, PopulationRollout, SavedPolicy, policies\n"
-        "import esjax.run.training\n"
+        "import esjax._src.run.training\n"
         "print(callable(esjax.evolve), evolve is esjax.evolve, 'sweep' in dir(esjax))\n"
     )
     result = subprocess.run(
@@ -335,7 +337,7 @@ def test_top_level_help_from_the_console_script(tmp_path):
 def test_help_is_complete_with_an_example(command):
     from typer.testing import CliRunner
 
-    from esjax.cli.main import app
+    from esjax._src.cli.main import app
 
     runner = CliRunner()
     args = [*filter(None, [command]), "--help"]
@@ -353,7 +355,7 @@ def test_a_file_the_command_cannot_use_is_one_line_and_exit_2(tmp_path):
     system's reason with the path, not a traceback."""
     import typer
 
-    from esjax.cli.terminal import handles_errors
+    from esjax._src.cli.terminal import handles_errors
 
     @handles_errors
     def writes_into_a_file_as_a_folder():
@@ -366,7 +368,7 @@ def test_a_file_the_command_cannot_use_is_one_line_and_exit_2(tmp_path):
 
 
 def test_the_baseline_choices_are_the_configs():
-    from esjax.cli.options import Baseline
-    from esjax.specs.config import BASELINES
+    from esjax._src.cli.options import Baseline
+    from esjax._src.specs.config import BASELINES
 
     assert [choice.value for choice in Baseline] == list(BASELINES)

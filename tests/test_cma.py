@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from evosax.algorithms import CMA_ES
 
-from esjax.strategies.cma import LazyCMA_ES, pycma_gap, resolve_decomposition_every
+from esjax._src.strategies.cma import LazyCMA_ES, pycma_gap, resolve_decomposition_every
 
 NUM_DIMS = 12
 POPSIZE = 10

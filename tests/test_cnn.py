@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from esjax.policies.networks import CNN
-from esjax.rollout.population_rollout import PopulationRollout
-from esjax.specs.config import ConfigError, parse_task
+from esjax._src.policies.networks import CNN
+from esjax._src.rollout.population_rollout import PopulationRollout
+from esjax._src.specs.config import ConfigError, parse_task
 
 
 def reference_features(params, image, extras, stride=1):
@@ -165,7 +165,7 @@ def window_by_hand(image: np.ndarray, row: int, col: int, radius: int) -> np.nda
 
 @pytest.mark.parametrize(("row", "col", "radius"), [(0, 0, 2), (4, 9, 3), (9, 5, 9), (6, 2, 1)])
 def test_centred_view_is_the_window_around_the_agent(row, col, radius):
-    from esjax.policies.networks import centred_view
+    from esjax._src.policies.networks import centred_view
 
     rng = np.random.default_rng(row * 10 + col)
     image = rng.integers(0, 2, (10, 10, 4)).astype(np.float32)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from esjax.engine.distributed import initialize
+from esjax._src.engine.distributed import initialize
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
@@ -33,10 +33,10 @@ def test_sharded_population_matches_one_device():
     script = """
         import jax, jax.numpy as jnp, numpy as np
         assert len(jax.devices()) == 4
-        from esjax.engine.generation import make_engine
-        from esjax.policies.networks import MLP
-        from esjax.rollout.population_rollout import PopulationRollout
-        from esjax.strategies.strategy import build_strategy, load_strategy
+        from esjax._src.engine.generation import make_engine
+        from esjax._src.policies.networks import MLP
+        from esjax._src.rollout.population_rollout import PopulationRollout
+        from esjax._src.strategies.strategy import build_strategy, load_strategy
         # 6 is padded to 8 on 4 devices; env_groups hands each member its group's keys. Mirrored
         # OpenES splits its noise by pairs: 130 members are 65 pairs in 22 blocks of 3, padded
         # to 24 blocks on 4 devices, so tell adds blocks of three pairs across devices.
@@ -79,12 +79,12 @@ def test_only_returns_and_block_sums_cross_devices():
     script = """
         import jax, jax.numpy as jnp
         assert len(jax.devices()) == 4
-        from esjax.engine.distributed import block_collectives
-        from esjax.engine.generation import make_engine
-        from esjax.strategies.lazy_openes import PairLayout
-        from esjax.policies.networks import MLP
-        from esjax.rollout.population_rollout import PopulationRollout
-        from esjax.strategies.strategy import build_strategy, load_strategy
+        from esjax._src.engine.distributed import block_collectives
+        from esjax._src.engine.generation import make_engine
+        from esjax._src.strategies.lazy_openes import PairLayout
+        from esjax._src.policies.networks import MLP
+        from esjax._src.rollout.population_rollout import PopulationRollout
+        from esjax._src.strategies.strategy import build_strategy, load_strategy
         rollout = PopulationRollout("Pendulum-v1", MLP(hidden=(8,)), 8)
         # 38 is padded to 40 members; as mirrored pairs, 19 pairs to 20 blocks.
         cases = (("open_es", 38, {}), ("open_es", 64, {"env_groups": 4}), ("snes", 38, {}))
@@ -119,9 +119,9 @@ def test_past_32_devices_the_gradient_is_all_reduced():
     script = """
         import jax, jax.numpy as jnp, numpy as np
         from jax.sharding import Mesh
-        from esjax.strategies import lazy_openes
-        from esjax.engine.distributed import collective_bytes
-        from esjax.strategies.strategy import build_strategy, load_strategy
+        from esjax._src.strategies import lazy_openes
+        from esjax._src.engine.distributed import collective_bytes
+        from esjax._src.strategies.strategy import build_strategy, load_strategy
         assert len(jax.devices()) == 34
         mesh = Mesh(np.array(jax.devices()), (lazy_openes.AXIS,))
         strategy = build_strategy(load_strategy("open_es", {"popsize": 140}), num_dims=5)
@@ -149,7 +149,7 @@ def test_cpu_devices_wait_long_for_each_other():
     the two devices runs."""
     script = """
         import os, sys
-        from esjax.engine import distributed
+        from esjax._src.engine import distributed
         distributed.use_cpu_cores(2)
         print("FLAGS", os.environ["XLA_FLAGS"])
         import jax, jax.numpy as jnp
@@ -174,13 +174,13 @@ def _free_port() -> int:
 
 WORKER = """
     import sys
-    from esjax.engine import distributed
+    from esjax._src.engine import distributed
     distributed.use_cpu_cores({cores})
     if {processes} > 1:
         distributed.initialize("127.0.0.1:{port}", {processes}, int(sys.argv[1]))
     import jax
     assert len(jax.devices()) == 2, jax.devices()
-    from esjax.run.training import evolve
+    from esjax._src.run.training import evolve
     summary = evolve("pendulum", popsize=6, generations=3, out=r"{out}", overrides={small})
     print("RESULT", jax.process_index(), summary.final_eval_return)
 """
@@ -189,7 +189,7 @@ WORKER = """
 def test_two_processes_match_one_process(tmp_path):
     """2 processes x 1 device each give the same run as 1 process with 2 devices; only process 0
     writes the run directory."""
-    from esjax.run.runs import load_metrics, read_policy
+    from esjax._src.run.runs import load_metrics, read_policy
 
     port = _free_port()
     worker = WORKER.format(cores=1, processes=2, port=port, out=tmp_path / "multi", small=SMALL)
@@ -261,7 +261,7 @@ def test_a_lost_process_stops_the_run_with_a_clear_error(tmp_path):
     logs = [tmp_path / f"process{i}.log" for i in range(2)]
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "esjax.cli.main", *args, "--process-id", str(i)],
+            [sys.executable, "-m", "esjax._src.cli.main", *args, "--process-id", str(i)],
             stdout=subprocess.DEVNULL,
             stderr=log.open("w"),
             env=ENV,

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from esjax.strategies import draw
+from esjax._src.strategies import draw
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (3, 7), (64, 4481), (37, 5000)])

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from gymnax.environments.classic_control.pendulum import Pendulum
 
-from esjax.engine.generation import (
+from esjax._src.engine.generation import (
     generation_keys,
     group_keys,
     make_engine,
@@ -22,9 +22,9 @@ from esjax.engine.generation import (
     norm_update,
     seed_keys,
 )
-from esjax.policies.networks import MLP
-from esjax.rollout.population_rollout import PopulationRollout, RolloutResult
-from esjax.strategies.strategy import build_strategy, load_strategy
+from esjax._src.policies.networks import MLP
+from esjax._src.rollout.population_rollout import PopulationRollout, RolloutResult
+from esjax._src.strategies.strategy import build_strategy, load_strategy
 
 ROOT = Path(__file__).resolve().parents[1]
 POP, STEPS, EPISODES = 8, 16, 4
@@ -237,8 +237,8 @@ def test_two_cpu_devices_with_seeds(tmp_path):
         esjax.use_cpu_cores(2)
         import jax, jax.numpy as jnp, numpy as np
         assert len(jax.devices()) == 2
-        from esjax.run.training import evolve
-        from esjax.run.runs import load_metrics
+        from esjax._src.run.training import evolve
+        from esjax._src.run.runs import load_metrics
         common = dict(popsize={POP}, seeds=2, overrides=[
             "episode_length={STEPS}", "policy.hidden=[8]", "evaluation.every=2",
             "evaluation.episodes={EPISODES}", "normalize_obs=true"])
@@ -250,7 +250,7 @@ def test_two_cpu_devices_with_seeds(tmp_path):
         assert strip(ra) == strip(rb), (ra, rb)
         assert {{r["seed"] for r in ra}} == {{0, 1}}
         assert a.final_eval_return == b.final_eval_return
-        from esjax.run.training import engine_for, _ENGINES
+        from esjax._src.run.training import engine_for, _ENGINES
         (task, engine), = {{id(v): v for v in _ENGINES.values()}}.values()
         assert engine.run_block._cache_size() == 1, engine.run_block._cache_size()
         print("ok")
@@ -266,7 +266,7 @@ def test_two_cpu_devices_with_seeds(tmp_path):
 
 def test_reported_sums_are_the_same_bits_at_any_number_of_stacked_runs():
     """A run's metrics must not round differently alone than inside an 80-run sweep."""
-    from esjax.strategies.fitness import ordered_sum
+    from esjax._src.strategies.fitness import ordered_sum
 
     x = jax.random.normal(jax.random.key(0), (80, 300)) * 100.0
     summed = jax.jit(jax.vmap(ordered_sum))
@@ -337,8 +337,8 @@ def test_a_reward_shift_lowers_each_training_return_by_its_episode_length():
 def test_a_reward_shift_trains_on_shifted_returns_and_evaluates_on_the_envs(tmp_path):
     """The first generation's members are the same with or without the shift: its fitness is
     the plain one less the mean episode length; test returns stay in the env's own units."""
-    from esjax.run.runs import load_metrics
-    from esjax.run.training import evolve
+    from esjax._src.run.runs import load_metrics
+    from esjax._src.run.training import evolve
 
     overrides = ["evaluation.every=1", "evaluation.episodes=8", "policy.hidden=[8]"]
     plain = evolve("cartpole", popsize=POP, generations=2, out=tmp_path / "plain",
@@ -358,7 +358,7 @@ def test_a_reward_shift_trains_on_shifted_returns_and_evaluates_on_the_envs(tmp_
 
 def test_an_evaluation_compiled_in_the_background_gives_the_same_numbers():
     """The program built in a thread is the one a call builds itself: same bits, one compile."""
-    from esjax.run.programs import compiling_in_background, keep_programs
+    from esjax._src.run.programs import compiling_in_background, keep_programs
 
     def kept():
         return keep_programs(small_engine(normalize_obs=False), key="background-test")
@@ -379,7 +379,7 @@ def test_an_evaluation_compiled_in_the_background_gives_the_same_numbers():
 
 
 def test_a_background_compile_that_fails_fails_at_the_call():
-    from esjax.run.programs import KeptProgram
+    from esjax._src.run.programs import KeptProgram
 
     def broken(x):
         raise ValueError("cannot trace this")

@@ -18,15 +18,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from esjax.engine.tasks import check_task
-from esjax.envs.core import check_env, make_env
-from esjax.envs.suites import registered
-from esjax.policies.networks import MLP
-from esjax.rollout.episode import episode_keys, split_step_key, step_keys
-from esjax.rollout.population_rollout import PopulationRollout
-from esjax.run.training import resolve_config
-from esjax.specs.config import ConfigError, RunConfig, parse_task, to_dict
-from esjax.specs.presets import load_task
+from esjax._src.engine.tasks import check_task
+from esjax._src.envs.core import check_env, make_env
+from esjax._src.envs.suites import registered
+from esjax._src.policies.networks import MLP
+from esjax._src.rollout.episode import episode_keys, split_step_key, step_keys
+from esjax._src.rollout.population_rollout import PopulationRollout
+from esjax._src.run.training import resolve_config
+from esjax._src.specs.config import ConfigError, RunConfig, parse_task, to_dict
+from esjax._src.specs.presets import load_task
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = f"{REPO}/examples/custom_env.py:make_env"
@@ -140,8 +140,8 @@ def test_an_env_that_does_not_fit_the_protocol_is_one_line_at_the_door(change, t
 
 def test_the_protocol_is_what_the_door_checks():
     """ENV_METHODS comes from the Env protocol, and every env esjax ships fits it."""
-    from esjax.envs.core import ENV_METHODS, Env
-    from esjax.envs.suite_base import StateEnv
+    from esjax._src.envs.core import ENV_METHODS, Env
+    from esjax._src.envs.suite_base import StateEnv
 
     assert ENV_METHODS == ("reset", "step", "action_space", "observation_space")
     assert all(callable(getattr(Env, method)) for method in ENV_METHODS)
@@ -215,7 +215,7 @@ def test_a_task_naming_a_suite_not_installed_exits_2(suite, tmp_path):
         "real = importlib.util.find_spec\n"
         f"importlib.util.find_spec = lambda name, *a: None if name == {suite.package!r} "
         "else real(name, *a)\n"
-        "from esjax.cli.main import main\n"
+        "from esjax._src.cli.main import main\n"
         "main()\n"
     )
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))

@@ -13,11 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from esjax.analysis.render import play_episode, render_run
-from esjax.rollout.episode import episode_keys, split_step_key, step_keys
-from esjax.rollout.population_rollout import ObsStats
-from esjax.run.saved import SavedPolicy, load_policy
-from esjax.run.training import evolve
+from esjax._src.analysis.render import play_episode, render_run
+from esjax._src.rollout.episode import episode_keys, split_step_key, step_keys
+from esjax._src.rollout.population_rollout import ObsStats
+from esjax._src.run.saved import SavedPolicy, load_policy
+from esjax._src.run.training import evolve
 
 TINY = ["episode_length=40", "evaluation.every=1", "evaluation.episodes=4"]
 # A pendulum oracle: its policy is told the episode's length l, drawn per episode in training.

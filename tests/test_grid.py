@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from test_cli import SMALL, assert_clean_error, esjax
 
-from esjax.analysis import meta
-from esjax.analysis.plotting import plot_grid, training_outline
-from esjax.specs import presets
-from esjax.specs.config import parse_task
+from esjax._src.analysis import meta
+from esjax._src.analysis.plotting import plot_grid, training_outline
+from esjax._src.specs import presets
+from esjax._src.specs.config import parse_task
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 EPISODES = 3
@@ -51,9 +51,9 @@ def reference_returns(run_dir, m: float, l: float, episodes: int, act=None) -> n
     """
     import gymnax
 
-    from esjax.engine.generation import seed_keys
-    from esjax.run.runs import read_run_config
-    from esjax.run.saved import load_policy
+    from esjax._src.engine.generation import seed_keys
+    from esjax._src.run.runs import read_run_config
+    from esjax._src.run.saved import load_policy
 
     config = read_run_config(run_dir)
     length = config.task.episode_length
@@ -95,7 +95,7 @@ def test_grid_against_the_analytic_controller_matches_plain_gymnax_loops(grid_ru
     A negative mass (pendulum-sign's kind) reverses every torque the controller gives, so a
     controller told the default m = 1 there would play another episode.
     """
-    from esjax.engine.baselines import pendulum_torque
+    from esjax._src.engine.baselines import pendulum_torque
 
     run_dir, plain, _ = grid_run
     out = tmp_path / "scored.json"
@@ -248,8 +248,8 @@ def test_grid_axis_spec_is_log_spaced():
 
 
 def test_preset_grids_name_env_parameters():
-    from esjax.engine.tasks import check_param_names
-    from esjax.envs.core import make_env
+    from esjax._src.engine.tasks import check_param_names
+    from esjax._src.envs.core import make_env
 
     for name in ("pendulum-meta", "pendulum-cadm", "pendulum-sign", "acrobot-meta"):
         _, raw, source = presets.locate("task", name)
@@ -284,7 +284,7 @@ def test_the_grid_compiles_once_whatever_its_size(grid_run, monkeypatch):
 def test_grid_and_lesion_leave_the_shared_test_rollout_as_it_was(grid_run):
     """A grid cell and a lesion are new rollouts (``PopulationRollout.replace``): the test
     rollout that every caller shares keeps its sampler, policy and compiled programs."""
-    from esjax.run.saved import make_test_rollout
+    from esjax._src.run.saved import make_test_rollout
 
     run_dir, _, _ = grid_run
     _, shared = make_test_rollout(run_dir)

@@ -28,9 +28,9 @@ from hypothesis import strategies as st
 from test_cli import SMALL as CLI_SMALL
 from test_cli import cli_env, esjax_command
 
-from esjax.run import runs
-from esjax.run.training import evolve
-from esjax.specs.config import ConfigError, parse_task, to_dict
+from esjax._src.run import runs
+from esjax._src.run.training import evolve
+from esjax._src.specs.config import ConfigError, parse_task, to_dict
 
 SMALL = ["episode_length=16", "policy.hidden=[8]", "evaluation.every=4", "evaluation.episodes=4"]
 RUN = dict(popsize=8, overrides=SMALL)
@@ -255,8 +255,8 @@ DRIVER = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    from esjax.run import runs
-    from esjax.run.training import evolve
+    from esjax._src.run import runs
+    from esjax._src.run.training import evolve
 
     out, total, stall = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     real_replace = os.replace
@@ -357,7 +357,7 @@ def test_read_only_output_fails_before_compiling(tmp_path):
     code = textwrap.dedent(
         """
         import errno, sys, tempfile
-        import esjax.run.training
+        import esjax._src.run.training
 
         def refuse(*args, **kwargs):
             raise OSError(errno.EROFS, "Read-only file system")
@@ -366,8 +366,8 @@ def test_read_only_output_fails_before_compiling(tmp_path):
             raise AssertionError("compiled before checking the output directory")
 
         tempfile.mkstemp = refuse
-        esjax.run.training.engine_for = no_compiling
-        from esjax.cli.main import main
+        esjax._src.run.training.engine_for = no_compiling
+        from esjax._src.cli.main import main
         sys.argv = ["esjax", *sys.argv[1:]]
         main()
         """
@@ -462,7 +462,7 @@ def test_nonfinite_returns_rank_worst_are_counted_and_the_search_goes_on(tmp_pat
         else:
             assert np.all(np.isfinite(leaf)), name
     # Ranking: a NaN or infinite return is worse than every finite one.
-    from esjax.strategies.fitness import to_fitness
+    from esjax._src.strategies.fitness import to_fitness
 
     fitness = np.asarray(to_fitness(np.array([-1e6, np.nan, 3.0, np.inf, -np.inf])))
     assert fitness.argmin() == 2 and fitness[[1, 3, 4]].min() > fitness[0]

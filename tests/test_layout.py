@@ -1,6 +1,7 @@
 """esjax's layers are its folders, and nothing imports upwards.
 
-A module's layer is the sub-package it sits in (``esjax/run/files.py`` is in ``run``), ranked in
+A module's layer is the sub-package of ``esjax/_src/`` it sits in (``esjax/_src/run/files.py`` is
+in ``run``), ranked in
 the order data flows: specs → envs → policies → strategies → rollout → engine → run → analysis
 → cli. README's Architecture and ``docs/api/`` list the same folders and modules, checked here,
 so the map is kept in one place: the tree itself.
@@ -20,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "esjax"
-REPO = PACKAGE.parent
+PUBLIC = Path(__file__).resolve().parents[1] / "esjax"
+PACKAGE = PUBLIC / "_src"  # the implementation; PUBLIC's own modules re-export from it
+REPO = PUBLIC.parent
 
 # The folders in the order data flows through them; a module's rank is its folder's.
 LAYERS = ["specs", "envs", "policies", "strategies", "rollout", "engine", "run", "analysis", "cli"]
@@ -58,13 +60,14 @@ def rank(module: str) -> int:
 
 def _imported(node: ast.AST, known: dict[str, Path]) -> list[str]:
     """The esjax modules an import statement names, by dotted name."""
-    if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("esjax"):
-        base = node.module.removeprefix("esjax").lstrip(".")
+    if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("esjax._src"):
+        base = node.module.removeprefix("esjax._src").lstrip(".")
         named = [f"{base}.{a.name}".lstrip(".") for a in node.names]
-        found = [name for name in named if name in known]  # ``from esjax.run import files``
+        found = [name for name in named if name in known]  # ``from esjax._src.run import files``
         return found or [base or "__init__"]
     if isinstance(node, ast.Import):
-        return [a.name.removeprefix("esjax.") for a in node.names if a.name.startswith("esjax.")]
+        prefix = "esjax._src."
+        return [a.name.removeprefix(prefix) for a in node.names if a.name.startswith(prefix)]
     return []
 
 
@@ -98,6 +101,26 @@ def test_no_module_imports_a_higher_layer():
         if rank(name) > rank(module)
     ]
     assert not upward, upward
+
+
+def public_imports() -> list[str]:
+    """Every import of esjax's public modules (``esjax``, ``esjax.policies``, ...) from inside
+    ``esjax._src``: the public tier sits above every layer and re-exports from them."""
+    found = []
+    for module, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found += [
+                f"{module} imports {n}"
+                for n in names
+                if (n == "esjax" or n.startswith("esjax.")) and not n.startswith("esjax._src")
+            ]
+    return found
+
+
+def test_the_implementation_never_imports_the_public_tier():
+    assert not public_imports()
 
 
 def test_no_import_cycles_even_through_imports_inside_functions():
@@ -182,8 +205,9 @@ def test_importing_esjax_leaves_the_jax_backend_to_esjax_distributed():
     """``import esjax`` and its host modules start no JAX backend (evosax would, on import), so
     ``use_cpu_cores`` and ``jax.distributed.initialize`` still work after it."""
     code = (
-        "import esjax, esjax.run.training, esjax.analysis.sweeps, esjax.run.lifecycle\n"
-        "import esjax.run.loop\n"
+        "import esjax, esjax._src.run.training, esjax._src.analysis.sweeps\n"
+        "import esjax._src.run.lifecycle\n"
+        "import esjax._src.run.loop\n"
         "from jax._src import xla_bridge\n"
         "assert not xla_bridge._backends, 'a JAX backend started on import'\n"
         "assert 'evosax' not in sys.modules\n"
@@ -206,9 +230,9 @@ def test_the_checks_can_fail():
     with pytest.raises(AssertionError):
         assert rank("cli.main") <= rank("specs.config")
     known = modules()
-    folder = ast.parse("from esjax.run import files, trust").body[0]
+    folder = ast.parse("from esjax._src.run import files, trust").body[0]
     assert _imported(folder, known) == ["run.files", "run.trust"]
-    names = ast.parse("from esjax.run.files import open_regular").body[0]
+    names = ast.parse("from esjax._src.run.files import open_regular").body[0]
     assert _imported(names, known) == ["run.files"]
 
 
@@ -218,7 +242,7 @@ def test_the_api_reference_has_a_page_per_folder_listing_its_modules():
     for folder in LAYERS:
         page = REPO / "docs" / "api" / f"{folder}.md"
         listed = re.findall(r"^::: (esjax\S+)$", page.read_text(), re.MULTILINE)
-        expected = [f"esjax.{m}" for m in modules() if layer(m) == folder and m not in TOP]
+        expected = [f"esjax._src.{m}" for m in modules() if layer(m) == folder and m not in TOP]
         missing = sorted(set(expected) - set(listed))
         assert not missing, (
             f"docs/api/{folder}.md: add '::: {missing[0]}' (CONTRIBUTING.md's Document step)"
@@ -233,7 +257,7 @@ def test_readmes_architecture_lists_each_folder_and_its_modules():
     a bullet for every module of that folder and no other."""
     text = (REPO / "README.md").read_text()
     section = text.split("## Architecture", 1)[1].split("\n## ", 1)[0]
-    heading = re.compile(r"^\*\*`esjax/(\w+)/`", re.MULTILINE)
+    heading = re.compile(r"^\*\*`esjax/_src/(\w+)/`", re.MULTILINE)
     assert heading.findall(section) == LAYERS
     bodies = heading.split(section)[2::2]
     for folder, body in zip(LAYERS, bodies, strict=True):

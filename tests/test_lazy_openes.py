@@ -9,10 +9,10 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 import esjax
-from esjax.policies.networks import MLP
-from esjax.strategies import draw, lazy_openes
-from esjax.strategies.fitness import to_fitness
-from esjax.strategies.strategy import build_strategy, load_strategy
+from esjax._src.policies.networks import MLP
+from esjax._src.strategies import draw, lazy_openes
+from esjax._src.strategies.fitness import to_fitness
+from esjax._src.strategies.strategy import build_strategy, load_strategy
 
 NUM_DIMS = 7
 
@@ -158,8 +158,8 @@ def test_rollout_of_lazy_members_equals_rollout_of_their_parameters():
 def test_lazy_population_is_the_protocol_the_rollout_and_engine_ask_for():
     """The rollout and sharding code see lazy members only through the protocol; the engine
     finds the form of a strategy through the registry, lazy only where it is exact."""
-    from esjax.strategies.population import MATERIALISED, Population, Stacked, as_population
-    from esjax.strategies.strategy import ADOPTED_FORMS, form_for
+    from esjax._src.strategies.population import MATERIALISED, Population, Stacked, as_population
+    from esjax._src.strategies.strategy import ADOPTED_FORMS, form_for
 
     strategy = open_es()
     lazy = lazy_openes.ask(strategy, jax.random.key(3), started(strategy), lambda flat: flat)
@@ -176,9 +176,9 @@ def test_memory_preflight_charges_what_each_strategy_holds(monkeypatch):
     """Antithetic OpenES holds half the noise, never a population: at a size whose three
     materialised ``popsize x num_dims`` arrays do not fit, it passes and OpenES without pairs
     (materialised) is refused. The bytes are counted here by hand from the shapes."""
-    from esjax.engine.generation import member_layout
-    from esjax.run import memory
-    from esjax.strategies.strategy import population_floats
+    from esjax._src.engine.generation import member_layout
+    from esjax._src.run import memory
+    from esjax._src.strategies.strategy import population_floats
 
     ro = esjax.PopulationRollout("Pendulum-v1", MLP((64, 64)), 10)
     num_dims = memory.member_size(ro)

@@ -1,4 +1,4 @@
-"""The low-rank strategy (esjax.strategies.lowrank_es) against references computed another way:
+"""The low-rank strategy (esjax._src.strategies.lowrank_es) against references computed another way:
 its lazy members against the population its evosax-API ``ask`` materialises, its update from
 thin factors against the dense sum over that population, and the claim that its update has
 OpenES's scale (so OpenES's learning rates carry over) against sampled statistics."""
@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
 
-from esjax.policies.perturb import LowRank, Plan, materialise
-from esjax.strategies.fitness import to_fitness
-from esjax.strategies.lowrank_es import Layout, LowRank_ES
-from esjax.strategies.population import MemberLayout, PairedForm
-from esjax.strategies.strategy import (
+from esjax._src.policies.perturb import LowRank, Plan, materialise
+from esjax._src.strategies.fitness import to_fitness
+from esjax._src.strategies.lowrank_es import Layout, LowRank_ES
+from esjax._src.strategies.population import MemberLayout, PairedForm
+from esjax._src.strategies.strategy import (
     build_strategy,
     form_for,
     load_strategy,
@@ -139,7 +139,7 @@ def test_the_update_from_thin_factors_is_the_dense_weighted_sum():
 
 def test_blocks_of_pairs_do_not_change_the_update(monkeypatch):
     """The update is drawn a block of pairs at a time; blocks of one pair give the same sum."""
-    import esjax.strategies.lowrank_es as module
+    import esjax._src.strategies.lowrank_es as module
 
     layout = Layout.of_tree(TREE, rank=2)
     key, weights = jax.random.key(7), jax.random.normal(jax.random.key(8), (50,))
@@ -212,7 +212,7 @@ def test_the_preflight_charges_no_population_but_a_chunks_factors():
 def test_no_cost_warning_at_65536_members_of_a_million_parameters():
     """Its ``tell`` multiplies thin factors (one multiply-add per entry of a pair's product),
     far below 20-step rollouts; OpenES's Gaussian per entry is warned about there."""
-    from esjax.strategies.strategy import strategy_cost_hint
+    from esjax._src.strategies.strategy import strategy_cost_hint
 
     def built(name: str, **settings):
         spec = load_strategy(name, {"popsize": 65536, **settings})
@@ -232,7 +232,7 @@ def test_settings_it_cannot_honour_are_refused_when_built(setting, value):
     """An L2 penalty reads members it never forms; rbg keys draw a member's factors
     differently alone and in a batch (so a pair would not be antithetic, and ``tell`` would
     weigh noise nobody was evaluated on)."""
-    from esjax.specs.config import ConfigError
+    from esjax._src.specs.config import ConfigError
 
     with pytest.raises(ConfigError, match=setting) as refused:
         lowrank(**{setting: value})
@@ -251,7 +251,7 @@ def test_rbg_keys_would_break_the_pairs():
 
 
 def test_rank_zero_is_refused():
-    from esjax.specs.config import ConfigError
+    from esjax._src.specs.config import ConfigError
 
     with pytest.raises(ConfigError, match="rank"):
         lowrank(rank=0)

@@ -18,9 +18,9 @@ from test_preemption import metrics_rows, wait_until
 from test_run_as_data import cli
 from test_strategy_door import shapes_in
 
-from esjax.analysis import sweeps
-from esjax.run import runs
-from esjax.run.training import evolve
+from esjax._src.analysis import sweeps
+from esjax._src.run import runs
+from esjax._src.run.training import evolve
 
 SMALL = ["episode_length=16", "policy.hidden=[8, 8]", "evaluation.every=2", "evaluation.episodes=4"]
 RUN = dict(strategy="lowrank_es", popsize=8, overrides=SMALL)
@@ -31,10 +31,10 @@ def test_a_generation_never_forms_a_members_weight_matrix(monkeypatch):
     """Traced in chunks of 8 of 64 members, a generation holds the hidden layer's 32 x 32
     kernel once per seed (the mean), never one per member; a member made whole would show.
     Shapes lead with the seeds' axis (1 here)."""
-    import esjax.engine.generation
-    from esjax.policies.perturb import materialise
-    from esjax.run.training import clear_engine_cache, engine_for, resolve_config
-    from esjax.strategies.population import PairedMembers
+    import esjax._src.engine.generation
+    from esjax._src.policies.perturb import materialise
+    from esjax._src.run.training import clear_engine_cache, engine_for, resolve_config
+    from esjax._src.strategies.population import PairedMembers
 
     config = resolve_config("cartpole", strategy="lowrank_es", popsize=64,
                             overrides=["policy.hidden=[32, 32]"])  # fmt: skip
@@ -43,7 +43,7 @@ def test_a_generation_never_forms_a_members_weight_matrix(monkeypatch):
         clear_engine_cache()
         _, engine = engine_for(config)
         engine.rollout.chunk_size = 8  # read when the block is traced
-        block = functools.partial(esjax.engine.generation.run_block, engine.step)
+        block = functools.partial(esjax._src.engine.generation.run_block, engine.step)
         jaxpr = jax.make_jaxpr(block)(engine.init(jnp.arange(1)), jnp.asarray(1, jnp.int32))
         return shapes_in(jaxpr.jaxpr), engine.num_dims
 
@@ -64,10 +64,10 @@ def test_a_generation_never_forms_a_members_weight_matrix(monkeypatch):
 def test_the_same_search_on_1_2_and_4_devices():
     script = """
         import jax, jax.numpy as jnp, numpy as np
-        from esjax.engine.generation import make_engine
-        from esjax.policies.networks import MLP
-        from esjax.rollout.population_rollout import PopulationRollout
-        from esjax.strategies.strategy import build_strategy, load_strategy
+        from esjax._src.engine.generation import make_engine
+        from esjax._src.policies.networks import MLP
+        from esjax._src.rollout.population_rollout import PopulationRollout
+        from esjax._src.strategies.strategy import build_strategy, load_strategy
         # 6 members pad to 8 on 4 devices; 130 members are 65 pairs; groups share keys.
         for popsize, groups, rank in ((8, 1, 1), (6, 1, 2), (8, 2, 1), (130, 1, 3)):
             found = []
@@ -129,7 +129,7 @@ def test_a_stopped_run_resumes_bit_identically(reference, tmp_path, stop):
 
 
 def test_a_sweep_over_rank_and_std_equals_each_run_alone(tmp_path):
-    from esjax.run.training import resolve_config
+    from esjax._src.run.training import resolve_config
 
     vary = ["strategy_settings.rank=1,3", "strategy_settings.std_init=0.1,0.3"]
     small = [*SMALL, "test_episodes=4"]
@@ -179,7 +179,7 @@ def test_the_preflight_refuses_full_rank_openes_at_65536_members_and_passes_lowr
     """65,536 members of a 1 M-parameter MLP: OpenES's half noise alone is 32,768 x 1,054,721
     floats (138 GB), refused in one line before anything compiles; the low-rank strategy's
     generation passes the check."""
-    from esjax.run.training import check_memory, resolve_config
+    from esjax._src.run.training import check_memory, resolve_config
 
     big = ["--popsize", "65536", "--set", "policy.hidden=[1024, 1024]", "--generations", "1"]
     result = esjax("evolve", "pendulum", "--strategy", "open_es", *big, cwd=tmp_path)

@@ -13,10 +13,10 @@ import pytest
 from gymnax.environments import spaces
 from gymnax.environments.classic_control.pendulum import EnvState
 
-from esjax.engine.tasks import check_task, make_rollout
-from esjax.policies.networks import GRU, LSTM, MLP, _MLPNet
-from esjax.specs.config import ConfigError, parse_task
-from esjax.specs.presets import locate
+from esjax._src.engine.tasks import check_task, make_rollout
+from esjax._src.policies.networks import GRU, LSTM, MLP, _MLPNet
+from esjax._src.specs.config import ConfigError, parse_task
+from esjax._src.specs.presets import locate
 
 PENDULUM_SIGNS = (1.0, -1.0, -1.0)  # cos, sin, angular speed
 TORQUE = spaces.Box(low=-2.0, high=2.0, shape=(1,), dtype=jnp.float32)

@@ -15,8 +15,8 @@ import pytest
 from test_cli import assert_clean_error, esjax
 from test_run_as_data import cli, eval_unsealed_copy
 
-from esjax.run import runs, trust
-from esjax.run.saved import load_policy
+from esjax._src.run import runs, trust
+from esjax._src.run.saved import load_policy
 
 NETWORKS = Path(__file__).resolve().parent / "data" / "networks.py"
 SMALL = ["episode_length=32", "evaluation.every=1", "evaluation.episodes=2", "test_episodes=4",

@@ -52,13 +52,13 @@ def test_wheel_contains_every_preset_and_the_console_script(wheel):
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-        assert "esjax = esjax.cli.main:main" in archive.read(entry_points).decode()
+        assert "esjax = esjax._src.cli.main:main" in archive.read(entry_points).decode()
     for folder in ("tasks", "strategies"):
         shipped = sorted((REPO / folder).glob("*.toml"))
         assert shipped or folder == "strategies"
         for preset in shipped:
             assert any(n.endswith(f"/{folder}/{preset.name}") for n in names), preset.name
-    assert "esjax/cli/main.py" in names
+    assert "esjax/_src/cli/main.py" in names
 
 
 def test_installed_wheel_lists_the_presets(wheel, tmp_path):
@@ -72,7 +72,7 @@ def test_installed_wheel_lists_the_presets(wheel, tmp_path):
     )  # fmt: skip
     assert where.stdout.strip().startswith(str(target)), where.stdout + where.stderr
     listed = subprocess.run(
-        [sys.executable, "-m", "esjax.cli.main", "list"],
+        [sys.executable, "-m", "esjax._src.cli.main", "list"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert listed.returncode == 0, listed.stderr

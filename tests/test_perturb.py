@@ -1,4 +1,4 @@
-"""One perturbation mechanism for every network (esjax.policies.perturb): a low-rank member of
+"""One perturbation mechanism for every network (esjax._src.policies.perturb): a low-rank member of
 any policy, esjax's own networks and a user's in flax linen, NNX, equinox or plain functions,
 feed-forward or recurrent, acts as the same network does on its full weights written out in
 NumPy (``W + scale aᵀ b``, the factors random and far from zero); the plan of where each leaf is
@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from gymnax.environments import spaces
 
-from esjax.policies import perturb
-from esjax.policies.networks import CNN, GRU, LSTM, MLP, CodePolicy
-from esjax.policies.perturb import LowRank
+from esjax._src.policies import perturb
+from esjax._src.policies.networks import CNN, GRU, LSTM, MLP, CodePolicy
+from esjax._src.policies.perturb import LowRank
 
 DATA = Path(__file__).resolve().parent / "data"
 NETWORKS = DATA / "networks.py"

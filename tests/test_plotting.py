@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from esjax.analysis import plotting, render
-from esjax.specs.config import ConfigError
+from esjax._src.analysis import plotting, render
+from esjax._src.specs.config import ConfigError
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -96,7 +96,7 @@ def test_plot_rejects_unknown_x(tmp_path):
 
 # ---------------------------------------------------------------------------- render
 def pendulum(length: float, mass: float = 1.0):
-    from esjax.envs.core import make_env
+    from esjax._src.envs.core import make_env
 
     env, params = make_env("Pendulum-v1")
     import jax
@@ -132,7 +132,7 @@ def test_pendulum_geometry_follows_params():
 def test_acrobot_links_take_their_lengths_from_params():
     import jax
 
-    from esjax.envs.core import make_env
+    from esjax._src.envs.core import make_env
 
     env, params = make_env("Acrobot-v1")
     _, state = env.reset(jax.random.key(0), params)
@@ -145,7 +145,7 @@ def test_acrobot_links_take_their_lengths_from_params():
 def test_every_scene_draws_a_reset_state(env_id):
     import jax
 
-    from esjax.envs.core import make_env
+    from esjax._src.envs.core import make_env
 
     env, params = make_env(env_id)
     _, state = env.reset(jax.random.key(0), params)
@@ -171,8 +171,8 @@ def test_env_without_renderer_is_a_one_line_error():
 
 
 def fake_run(path, strategy: str, seed: int):
-    from esjax.run import runs
-    from esjax.specs.config import RunConfig, StrategySpec, parse_task
+    from esjax._src.run import runs
+    from esjax._src.specs.config import RunConfig, StrategySpec, parse_task
 
     path.mkdir(parents=True)
     task = parse_task({"env": "Pendulum-v1", "solved_return": -200.0}, "test")

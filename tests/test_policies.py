@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from gymnax.environments import spaces
 
-from esjax.engine.tasks import check_task, policy_spec
-from esjax.policies.networks import GRU, LSTM, MLP
-from esjax.specs.config import ConfigError, parse_task
+from esjax._src.engine.tasks import check_task, policy_spec
+from esjax._src.policies.networks import GRU, LSTM, MLP
+from esjax._src.specs.config import ConfigError, parse_task
 
 PENDULUM_TORQUE = spaces.Box(low=-2.0, high=2.0, shape=(1,), dtype=jnp.float32)
 

@@ -1,4 +1,5 @@
-"""Policy kinds (esjax.specs.policy_kinds): the registry, a kind's own settings, and a user's flax
+"""Policy kinds (esjax._src.specs.policy_kinds): the registry, a kind's own settings, and a user's
+flax
 module as a policy (``policy.kind = "file.py:factory"``), from a task to ``esjax eval``."""
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ import pytest
 from gymnax.environments import spaces
 from test_run_as_data import cli, eval_unsealed_copy
 
-from esjax.engine.tasks import make_rollout, policy_spec
-from esjax.policies.networks import SPECS, CodePolicy
-from esjax.run import cache, trust
-from esjax.specs import policy_kinds
-from esjax.specs.config import ConfigError, parse_task, to_dict
+from esjax._src.engine.tasks import make_rollout, policy_spec
+from esjax._src.policies.networks import SPECS, CodePolicy
+from esjax._src.run import cache, trust
+from esjax._src.specs import policy_kinds
+from esjax._src.specs.config import ConfigError, parse_task, to_dict
 
 TOY = Path(__file__).resolve().parent / "data" / "toy_policy.py"
 BOX = spaces.Box(low=-2.0, high=2.0, shape=(1,), dtype=jnp.float32)
@@ -97,7 +98,7 @@ def test_a_bad_factory_is_one_line(factory, expected):
 def test_a_policys_source_keys_the_kept_programs(tmp_path):
     """Kept programs are keyed by a code policy's source: an edit beside the factory changes
     the key, so an edited policy is traced again; code with no file behind it is never kept."""
-    from esjax.run.training import program_key, resolve_config
+    from esjax._src.run.training import program_key, resolve_config
 
     policy = tmp_path / "mine" / "policy.py"
     policy.parent.mkdir()
@@ -141,7 +142,7 @@ def test_a_code_kind_is_a_code_policy_with_the_tables_other_keys():
 def test_a_relative_policy_file_is_read_beside_the_task_file(tmp_path, monkeypatch):
     """As for a user's env file: ``policy.kind = "toy.py:make"`` in a task file means the file
     beside it, made absolute once so the run's config names it from any directory."""
-    from esjax.specs.presets import load_task
+    from esjax._src.specs.presets import load_task
 
     folder = tmp_path / "tasks"
     folder.mkdir()

@@ -1,8 +1,8 @@
 """The popsize rule: the settings a run resolves to at several popsizes, from the formula.
 
-Expected values are computed here from the rule as documented in ``esjax/specs/popsize_rule.py``
-(env-step budget ~ (P / P_ref) ** e, decays keep their product over the run, the learning rate
-~ (P / P_ref) ** lr_exponent), not by calling it.
+Expected values are computed here from the rule as documented in
+``esjax/_src/specs/popsize_rule.py`` (env-step budget ~ (P / P_ref) ** e, decays keep their product
+over the run, the learning rate ~ (P / P_ref) ** lr_exponent), not by calling it.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import math
 
 import pytest
 
-from esjax.run.training import resolve_config
-from esjax.specs.config import ConfigError
+from esjax._src.run.training import resolve_config
+from esjax._src.specs.config import ConfigError
 
 # pendulum.toml: 150 generations, lr_decay 0.985, tuned at open_es's 256 members, e = 0.75,
 # at least 50 generations, open_es's learning rate 0.1 scaled by (P / 256) ** -0.25.

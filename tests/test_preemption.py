@@ -23,9 +23,9 @@ import pytest
 from test_cli import cli_env, esjax_command
 from test_hardening import RUN, SMALL, TOTAL, assert_same_result
 
-from esjax.run import runs
-from esjax.run.training import Interrupted, evolve
-from esjax.specs.config import ConfigError
+from esjax._src.run import runs
+from esjax._src.run.training import Interrupted, evolve
+from esjax._src.specs.config import ConfigError
 
 CLI_SMALL = ["--popsize", "8", *(x for o in SMALL for x in ("--set", o))]
 
@@ -60,7 +60,7 @@ def reference(tmp_path_factory):
 DRIVER = textwrap.dedent(
     """
     import os, sys, time
-    from esjax.run.training import Interrupted, evolve
+    from esjax._src.run.training import Interrupted, evolve
 
     out, total, every_s, nap = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 
@@ -158,8 +158,8 @@ def test_a_second_signal_while_checkpointing_corrupts_nothing(reference, tmp_pat
     code = textwrap.dedent(
         """
         import os, signal, sys, time
-        from esjax.run import runs
-        from esjax.run.training import Interrupted, evolve
+        from esjax._src.run import runs
+        from esjax._src.run.training import Interrupted, evolve
 
         real_write = runs.atomic_write
 
@@ -227,9 +227,9 @@ def test_a_stop_while_the_evaluation_compiles_does_not_wait_for_it(tmp_path, mon
     import os
     import threading
 
-    from esjax.run import loop
+    from esjax._src.run import loop
 
-    evolve_module = importlib.import_module("esjax.run.training")
+    evolve_module = importlib.import_module("esjax._src.run.training")
     real_build = evolve_module.engine_for
     calls = {"evaluate": 0}
 
@@ -284,7 +284,7 @@ def test_a_stop_during_the_final_test_leaves_it_and_a_resume_tests_again(
     test can take minutes) with 128 + the signal, and no summary; the run is checkpointed at
     its last generation, and a resume only tests, to the uninterrupted run's verdict. A signal
     during the last policy's test (the second: one seed's final and best) stops it alike."""
-    from esjax.run import saved
+    from esjax._src.run import saved
 
     real_test = saved.SavedPolicy.test_returns
     calls = []
@@ -315,7 +315,7 @@ def test_a_stopped_command_leaves_at_once_only_while_a_compile_runs(monkeypatch)
     """Python would wait for a compiling thread at exit; a stopped command does not."""
     import typer
 
-    from esjax.cli import terminal
+    from esjax._src.cli import terminal
 
     class Left(Exception):
         pass
@@ -454,7 +454,7 @@ def test_nonfinite_settings_are_refused_before_compiling(tmp_path, case, monkeyp
     def no_building(config):
         raise AssertionError("built an engine for a non-finite setting")
 
-    monkeypatch.setattr(sys.modules["esjax.run.training"], "engine_for", no_building)
+    monkeypatch.setattr(sys.modules["esjax._src.run.training"], "engine_for", no_building)
     with pytest.raises(ConfigError, match="must be a finite number") as err:
         evolve("pendulum", out=tmp_path / "run", **{**RUN, "overrides": [*SMALL, *NONFINITE[case]]})
     assert "\n" not in str(err.value)
@@ -472,16 +472,16 @@ def test_nonfinite_strategy_preset_setting_is_refused(tmp_path):
 
 def test_nonfinite_strategy_settings_are_refused_whatever_the_settings_are(tmp_path, monkeypatch):
     """The resolved settings are walked generically: a setting no table knows is still checked."""
-    import esjax.strategies.strategy
+    import esjax._src.strategies.strategy
 
-    real = esjax.strategies.strategy.load_strategy
+    real = esjax._src.strategies.strategy.load_strategy
 
     def with_a_new_setting(*args, **kwargs):
         spec = real(*args, **kwargs)
         settings = {**spec.settings, "a_new_setting": [1.0, float("inf")]}
         return dataclasses.replace(spec, settings=settings)
 
-    monkeypatch.setattr(esjax.strategies.strategy, "load_strategy", with_a_new_setting)
+    monkeypatch.setattr(esjax._src.strategies.strategy, "load_strategy", with_a_new_setting)
     with pytest.raises(ConfigError, match=r"a_new_setting\[1\]: must be a finite number, got inf"):
         evolve("pendulum", out=tmp_path / "run", **RUN)
     assert not (tmp_path / "run").exists()
@@ -491,10 +491,10 @@ def test_nonfinite_strategy_settings_are_refused_whatever_the_settings_are(tmp_p
 def test_memory_preflight_refuses_an_impossible_network_without_allocating(tmp_path, monkeypatch):
     import jax
 
-    import esjax.engine.generation
-    import esjax.run.saved  # binds engine's functions now, not while they are patched below
-    import esjax.strategies.strategy
-    from esjax.rollout.population_rollout import PopulationRollout
+    import esjax._src.engine.generation
+    import esjax._src.run.saved  # binds engine's functions now, not while they are patched below
+    import esjax._src.strategies.strategy
+    from esjax._src.rollout.population_rollout import PopulationRollout
 
     def no_allocating(*args, **kwargs):
         raise AssertionError("allocated parameters for a network that cannot fit")
@@ -508,7 +508,7 @@ def test_memory_preflight_refuses_an_impossible_network_without_allocating(tmp_p
         return shapes_only(self, key)
 
     # Building the engine or a strategy (or any concrete init) would allocate the weights.
-    monkeypatch.setattr(esjax.engine.generation, "make_engine", no_allocating)
+    monkeypatch.setattr(esjax._src.engine.generation, "make_engine", no_allocating)
     monkeypatch.setattr(PopulationRollout, "init_params", traced_only)
     hidden = ["policy.hidden=[100000,100000]"]
     with pytest.raises(ConfigError) as err:
@@ -525,8 +525,8 @@ def test_eval_refuses_more_test_episodes_than_memory_holds_before_running(refere
     """esjax eval --episodes N compiles the test, reads XLA's memory analysis, and refuses a
     count past the memory available in one line, instead of a crash or the kernel's OOM kill.
     The bytes are linear in N: 1e12 episodes need 1,000x what 1e9 do (within 1 %)."""
-    from esjax.run.memory import available_memory
-    from esjax.run.saved import SavedPolicy, evaluate_run
+    from esjax._src.run.memory import available_memory
+    from esjax._src.run.saved import SavedPolicy, evaluate_run
 
     policy = SavedPolicy.load(reference)
     per_device = [

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from esjax import evaluate_run, evolve
-from esjax.run.runs import load_metrics
+from esjax._src.run.runs import load_metrics
 
 TASK = "cartpole"
 POPSIZE = 64

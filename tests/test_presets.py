@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import pytest
 from rich.console import Console
 
-from esjax.cli.tables import show_catalogue
-from esjax.specs import presets
-from esjax.specs.config import ConfigError, apply_overrides, parse_task
+from esjax._src.cli.tables import show_catalogue
+from esjax._src.specs import presets
+from esjax._src.specs.config import ConfigError, apply_overrides, parse_task
 
 REQUIRED_TASKS = ("pendulum", "cartpole", "acrobot", "mountaincar-continuous")
 
@@ -35,8 +35,8 @@ def test_required_presets_are_shipped():
 
 @pytest.mark.parametrize("name", GYMNAX_TASKS)
 def test_every_task_preset_loads_and_names_real_env_params(name):
-    from esjax.engine.tasks import check_param_names, fixed_env_params
-    from esjax.envs.core import make_env
+    from esjax._src.engine.tasks import check_param_names, fixed_env_params
+    from esjax._src.envs.core import make_env
 
     task = load(name)
     assert task.description, f"{name} needs a one-line description for `esjax list`"
@@ -135,7 +135,7 @@ def test_set_overrides_any_field_and_is_validated():
 
 
 def test_policy_actions_sets_greedy_or_sampled_rollouts_and_is_validated():
-    from esjax.engine.tasks import check_task, make_rollout
+    from esjax._src.engine.tasks import check_task, make_rollout
 
     assert make_rollout(load("catch")).deterministic
     sampled = load("catch", ["policy.actions=sample"])
@@ -157,7 +157,7 @@ class _AcceleratorStub:
 
 
 def test_chunk_size_pins_the_members_that_step_together():
-    from esjax.engine.tasks import make_rollout
+    from esjax._src.engine.tasks import make_rollout
 
     params = {"w": jax.ShapeDtypeStruct((64, 3), jnp.float32)}  # 64 members of 3 weights
     pinned = make_rollout(load("pendulum", ["chunk_size=8"]))
@@ -173,7 +173,7 @@ def test_chunk_size_pins_the_members_that_step_together():
 def test_an_env_switch_is_set_with_true_or_false_and_reaches_the_env():
     import jax
 
-    from esjax.engine.tasks import make_rollout
+    from esjax._src.engine.tasks import make_rollout
 
     assert load("metamaze", ["env_params.normalize_time=true"]).env_params["normalize_time"]
     rollout = make_rollout(load("metamaze", ["env_params.normalize_time=true"]))
@@ -191,7 +191,7 @@ def test_an_mlp_without_hidden_layers_is_a_linear_policy_and_an_lstm_needs_a_cel
     import jax.numpy as jnp
     import numpy as np
 
-    from esjax.engine.tasks import make_rollout
+    from esjax._src.engine.tasks import make_rollout
 
     rollout = make_rollout(load("catch", ["policy.hidden=[]"]))
     params = rollout.policy.init(jax.random.key(0))
@@ -228,7 +228,7 @@ RUN = ("asterix-minatar", "breakout-minatar", "memory-chain", "pendulum-sign")
 
 
 def _tiny_config(name):
-    from esjax.run.training import resolve_config
+    from esjax._src.run.training import resolve_config
 
     return resolve_config(name, popsize=4, rollouts=1, generations=1, overrides=TINY)
 
@@ -237,8 +237,8 @@ def _tiny_config(name):
 def test_every_task_preset_traces_a_generation_and_an_evaluation(name):
     """The whole program of a generation and of an evaluation, traced from shapes alone: a
     preset whose parts do not fit together fails to trace, without compiling anything."""
-    from esjax.engine.generation import generation_metric_shapes
-    from esjax.run.training import engine_for
+    from esjax._src.engine.generation import generation_metric_shapes
+    from esjax._src.run.training import engine_for
 
     _, engine = engine_for(_tiny_config(name))
     state = jax.eval_shape(engine.init, jnp.zeros((1,), jnp.int32))
@@ -267,8 +267,8 @@ def test_the_presets_that_run_cover_every_policy_kind_and_strategy():
 def test_a_preset_of_each_kind_compiles_and_runs_a_generation(name, tmp_path):
     import numpy as np
 
-    from esjax.run.runs import load_metrics
-    from esjax.run.training import evolve
+    from esjax._src.run.runs import load_metrics
+    from esjax._src.run.training import evolve
 
     summary = evolve(
         name, popsize=4, rollouts=1, generations=1, out=tmp_path / name, overrides=TINY

@@ -70,7 +70,7 @@ def readme_line(args: tuple[str, ...]) -> str:
 
 def cli(args: list[str]) -> tuple[int, str]:
     """``esjax ARGS`` in this process: ``(exit code, stdout and stderr)``."""
-    from esjax.cli.main import app
+    from esjax._src.cli.main import app
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):

@@ -1,7 +1,7 @@
 """CONTRIBUTING.md's recipes, followed literally.
 
 Every path the page names exists (one with ``NAME`` in it stands for a file of that pattern that
-exists, such as ``esjax/envs/suite_NAME.py`` for ``suite_navix.py``). And in a copy of the
+exists, such as ``esjax/_src/envs/suite_NAME.py`` for ``suite_navix.py``). And in a copy of the
 repository, the suite recipe adds the toy suite (tests/data/toy_suite.py) and the strategy
 recipe the toy strategy (tests/data/toy_strategy.py) inside ``esjax/``, each with exactly the
 steps its recipe lists, read off the page (a numbered step in bold: **Write**, **Register**,
@@ -106,13 +106,13 @@ def ship_toy_preset(copy: Path) -> None:
 
 
 SUITE_STEPS: dict[tuple[str, str], Callable[[Path], None]] = {
-    ("Write", "esjax/envs/suite_NAME.py"): lambda copy: shutil.copy(
+    ("Write", "esjax/_src/envs/suite_NAME.py"): lambda copy: shutil.copy(
         DATA / "toy_suite.py", copy / "esjax" / "envs" / "suite_toy.py"
     ),
-    ("Register", "esjax/envs/suites.py"): lambda copy: insert_after(
+    ("Register", "esjax/_src/envs/suites.py"): lambda copy: insert_after(
         copy / "esjax" / "envs" / "suites.py",
         "SUITE_MODULES: tuple",
-        '    "esjax.envs.suite_toy",\n',
+        '    "esjax._src.envs.suite_toy",\n',
     ),
     ("Document", "docs/api/envs.md"): api_line("envs", "suite_toy"),
     ("Describe", "README.md"): architecture_bullet("envs", "suite_toy"),
@@ -125,8 +125,8 @@ def register_toy_strategy(copy: Path) -> None:
     algorithms = copy / "esjax" / "strategies" / "algorithms.py"
     insert_after(
         algorithms,
-        "from esjax.strategies.lowrank_es import",
-        "from esjax.strategies.keyed import KeyedES\n",
+        "from esjax._src.strategies.lowrank_es import",
+        "from esjax._src.strategies.keyed import KeyedES\n",
     )
     text = algorithms.read_text()
     algorithms.write_text(
@@ -135,10 +135,10 @@ def register_toy_strategy(copy: Path) -> None:
 
 
 STRATEGY_STEPS: dict[tuple[str, str], Callable[[Path], None]] = {
-    ("Write", "esjax/strategies/NAME.py"): lambda copy: shutil.copy(
+    ("Write", "esjax/_src/strategies/NAME.py"): lambda copy: shutil.copy(
         DATA / "toy_strategy.py", copy / "esjax" / "strategies" / "keyed.py"
     ),
-    ("Register", "esjax/strategies/algorithms.py"): register_toy_strategy,
+    ("Register", "esjax/_src/strategies/algorithms.py"): register_toy_strategy,
     ("Document", "docs/api/strategies.md"): api_line("strategies", "keyed"),
     ("Describe", "README.md"): architecture_bullet("strategies", "keyed"),
 }
@@ -198,7 +198,11 @@ def test_followed_literally_mypy_passes(followed):
     [
         (("Describe", "README.md"), "tests/test_layout.py", "Describe step"),
         (("Document", "docs/api/envs.md"), "tests/test_layout.py", "Document step"),
-        (("Register", "esjax/envs/suites.py"), "tests/test_suite_registry.py", "Register step"),
+        (
+            ("Register", "esjax/_src/envs/suites.py"),
+            "tests/test_suite_registry.py",
+            "Register step",
+        ),
         (("Declare", "pyproject.toml"), "tests/test_suite_registry.py", "Declare step"),
     ],
 )

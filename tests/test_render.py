@@ -7,9 +7,9 @@ import jax
 import numpy as np
 import pytest
 
-from esjax.analysis.render import SCENES, channel_image, frame, play_episode
-from esjax.rollout.episode import episode_keys, split_step_key
-from esjax.specs.config import ConfigError
+from esjax._src.analysis.render import SCENES, channel_image, frame, play_episode
+from esjax._src.rollout.episode import episode_keys, split_step_key
+from esjax._src.specs.config import ConfigError
 
 
 def states_after_random_steps(env_id: str, steps: int = 20):

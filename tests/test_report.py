@@ -3,11 +3,13 @@ matrices (the oracle: its point estimates exactly, its bootstrap intervals withi
 error), the bootstrap distribution enumerated exactly on tiny cases, the Wilson interval's closed
 form, the runs' own per-seed verdicts, normalisation by hand.
 
-esjax computes every statistic itself (:mod:`esjax.specs.stats`), so only the oracle comparisons
-import rliable, and plainly: it is in the ``dev`` extra, and a failed import is a failure.
+esjax computes every statistic itself (:mod:`esjax._src.specs.stats`), so only the oracle
+comparisons import rliable, and plainly: it is in the ``dev`` extra, and a failed import is a
+failure.
 
 The run directories are written by esjax's own writers (a resolved ``config.json`` and a
-``summary.json`` from :class:`esjax.run.saved.Verdict`) with returns chosen here, so no test trains.
+``summary.json`` from :class:`esjax._src.run.saved.Verdict`) with returns chosen here, so no test
+trains.
 """
 
 from __future__ import annotations
@@ -24,13 +26,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from esjax.run import runs
-from esjax.run.saved import Verdict
-from esjax.run.training import resolve_config
-from esjax.specs import stats
-from esjax.specs.config import ConfigError
+from esjax._src.run import runs
+from esjax._src.run.saved import Verdict
+from esjax._src.run.training import resolve_config
+from esjax._src.specs import stats
+from esjax._src.specs.config import ConfigError
 
-report_module = importlib.import_module("esjax.analysis.reporting")
+report_module = importlib.import_module("esjax._src.analysis.reporting")
 report = report_module.report
 
 # arch 7 (under rliable, the oracle) warns that the random_state argument will be renamed.
@@ -337,7 +339,7 @@ def test_success_rate_counts_the_runs_verdicts_with_a_wilson_interval(two_method
 def test_wilson_interval_equals_statsmodels():
     from statsmodels.stats.proportion import proportion_confint
 
-    from esjax.specs.stats import wilson_interval
+    from esjax._src.specs.stats import wilson_interval
 
     for k, n in [(0, 5), (3, 16), (16, 16), (7, 9)]:
         assert wilson_interval(k, n) == pytest.approx(
@@ -358,16 +360,16 @@ def test_normalisation_and_files(two_methods, tmp_path):
     assert (tmp_path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert record["method"]["reps"] == 50
     # What computed the numbers, said truly: esjax itself, not rliable.
-    assert "esjax.specs.stats" in record["method"]["aggregate_intervals"]
+    assert "esjax._src.specs.stats" in record["method"]["aggregate_intervals"]
     assert "rliable" not in json.dumps(record["method"]) and "rliable" not in markdown
-    assert "esjax.specs.stats" in markdown
+    assert "esjax._src.specs.stats" in markdown
 
 
 def test_small_returns_keep_three_figures_in_the_markdown_and_the_table(tmp_path, capsys):
     """Returns below 1 (MinAtar, bandits) would all print as 0.7 at one decimal."""
     from rich.console import Console
 
-    from esjax.cli.tables import show_report
+    from esjax._src.cli.tables import show_report
 
     returns = np.array([0.74, 0.72, 0.55, 0.78, 0.92, 0.66, 0.69, 0.70])
     run = make_run(tmp_path / "small", "cartpole", returns)
@@ -381,7 +383,7 @@ def test_small_returns_keep_three_figures_in_the_markdown_and_the_table(tmp_path
 
 
 def test_a_sweep_gives_one_configuration_per_entry_and_same_seeds_pool(tmp_path):
-    from esjax.analysis.reporting import collect
+    from esjax._src.analysis.reporting import collect
 
     sweep = tmp_path / "sweep"
     entries = []
@@ -408,7 +410,7 @@ def _esjax(*args, cwd, hide_rliable=False):
     code = "import sys\n"
     if hide_rliable:  # as if neither rliable nor its bootstrap library were installed
         code += "sys.modules['rliable'] = sys.modules['arch'] = None\n"
-    code += "from esjax.cli.main import main\nsys.argv = ['esjax', *sys.argv[1:]]\nmain()\n"
+    code += "from esjax._src.cli.main import main\nsys.argv = ['esjax', *sys.argv[1:]]\nmain()\n"
     root = str(Path(__file__).resolve().parents[1])
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONPATH": path}
@@ -463,11 +465,11 @@ def test_random_return_at_or_above_solved_return_is_refused_by_the_report(tmp_pa
 def test_a_real_run_without_recorded_returns_or_floor_is_tested_and_measured(tmp_path):
     """A trained run whose task records no ``random_return`` and whose summary lost its
     per-seed test returns: the report tests the final policies itself (the same numbers
-    :func:`esjax.run.saved.evaluate_run` gives) and measures the floor with the random baseline on
-    the run's test episodes, as many as the task's ``test_episodes`` (37 here, not the default
+    :func:`esjax._src.run.saved.evaluate_run` gives) and measures the floor with the random baseline
+    on the run's test episodes, as many as the task's ``test_episodes`` (37 here, not the default
     128, whose floor is another number)."""
-    from esjax.run.saved import baseline_returns, evaluate_run
-    from esjax.run.training import evolve
+    from esjax._src.run.saved import baseline_returns, evaluate_run
+    from esjax._src.run.training import evolve
 
     task = tmp_path / "cart.toml"
     task.write_text(
@@ -512,7 +514,7 @@ def test_the_profile_counts_scores_at_or_above_each_threshold(tmp_path):
     floor = record["tasks"]["catch"]["random_return"]
     scores = np.asarray(normalised_by_hand(returns, floor, 1.0))
     assert record["configurations"][0]["tasks"]["catch"]["success_rate"] == 0.75
-    from esjax.analysis.reporting import profile
+    from esjax._src.analysis.reporting import profile
 
     at = profile(scores[:, None], np.array([0.0, 1.0, 1.01]), reps=50, seed=0)["fraction"]
     assert at == pytest.approx([1.0, 0.75, 0.0])  # strictly above 1 (rliable's rule): 0.0
@@ -521,7 +523,7 @@ def test_the_profile_counts_scores_at_or_above_each_threshold(tmp_path):
 def test_runs_that_would_mix_silently_are_refused(tmp_path):
     """Pooled seeds of another length, two directories named alike on other tasks, and a
     sweep that has not finished (sweep.json lists no configurations yet)."""
-    from esjax.analysis.reporting import collect
+    from esjax._src.analysis.reporting import collect
 
     make_run(tmp_path / "short", "cartpole", A_CART[:4], generations=10)
     make_run(tmp_path / "long", "cartpole", A_CART[4:8], seed=4, generations=1000)
@@ -540,7 +542,7 @@ def test_runs_that_would_mix_silently_are_refused(tmp_path):
 
 
 def test_a_damaged_summary_is_one_line(tmp_path):
-    from esjax.analysis.reporting import collect
+    from esjax._src.analysis.reporting import collect
 
     run = make_run(tmp_path / "run", "cartpole", A_CART[:2])
     for summary, message in [

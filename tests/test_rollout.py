@@ -1,6 +1,6 @@
 """PopulationRollout against an independent reference: a plain Python loop over ``env.step``.
 
-The reference below never touches ``esjax.rollout.population_rollout``. It reproduces the
+The reference below never touches ``esjax._src.rollout.population_rollout``. It reproduces the
 documented key discipline of one episode:
 
 * ``key -> split(key, 3) = (k_params, k_reset, k_episode)``;
@@ -30,8 +30,8 @@ import numpy as np
 import pytest
 
 import esjax
-import esjax.rollout.population_rollout as rollout_module
-from esjax.policies.networks import GRU, LSTM, MLP
+import esjax._src.rollout.population_rollout as rollout_module
+from esjax._src.policies.networks import GRU, LSTM, MLP
 
 RTOL = 1e-5
 ATOL = 1e-4
@@ -483,7 +483,7 @@ SHARDING_SCRIPT = textwrap.dedent(
     n = esjax.use_cpu_cores(2)
     import jax
     import numpy as np
-    from esjax.policies.networks import LSTM
+    from esjax._src.policies.networks import LSTM
 
     assert n == 2 and len(jax.devices()) == 2, (n, jax.devices())
     spec = LSTM(8, meta_inputs=("action", "reward"))
@@ -724,7 +724,7 @@ def test_chunks_shrink_with_the_runs_a_vmap_steps_together():
 def _runs_fresh(*lines: str) -> None:
     """Run ``lines`` in a fresh interpreter (imports are per process) and expect 'ok'."""
     script = "\n".join(
-        ["import sys", "from esjax.envs.core import import_gymnax", *lines, "print('ok')"]
+        ["import sys", "from esjax._src.envs.core import import_gymnax", *lines, "print('ok')"]
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -746,12 +746,13 @@ def test_gymnax_loads_without_seaborn_until_something_reads_it():
 
 
 def test_every_command_s_imports_leave_seaborn_and_pyplot_unloaded():
-    """What each CLI command imports (esjax.cli.commands, and the baselines, evaluation and saved
-    policies under it) never imports gymnax past the stand-ins: a module that imports
+    """What each CLI command imports (esjax._src.cli.commands, and the baselines, evaluation and
+    saved policies under it) never imports gymnax past the stand-ins: a module that imports
     gymnax directly at its top would load seaborn and pyplot, over a second of every start."""
     _runs_fresh(
-        "import esjax.cli.commands, esjax.engine.baselines, esjax.analysis.evaluation",
-        "import esjax.run.saved",
+        "import esjax._src.cli.commands, esjax._src.engine.baselines",
+        "import esjax._src.analysis.evaluation",
+        "import esjax._src.run.saved",
         "assert 'seaborn.palettes' not in sys.modules",
         "assert 'matplotlib.figure' not in sys.modules",
     )

@@ -26,16 +26,16 @@ import numpy as np
 import pytest
 from flax import serialization
 
-from esjax.run import runs, trust
-from esjax.run.training import evolve
-from esjax.specs.config import ConfigError
+from esjax._src.run import runs, trust
+from esjax._src.run.training import evolve
+from esjax._src.specs.config import ConfigError
 
 SMALL = ["episode_length=32", "evaluation.every=1", "evaluation.episodes=2", "test_episodes=4"]
 
 
 def cli(*args: object) -> tuple[int, str]:
     """``esjax ARGS`` in this process: ``(exit code, stdout and stderr)``."""
-    from esjax.cli.main import app
+    from esjax._src.cli.main import app
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
@@ -203,7 +203,7 @@ def test_report_does_not_run_a_shared_runs_code(run, tmp_path):
 
 @pytest.fixture(scope="module")
 def made_sweep(tmp_path_factory):
-    from esjax.analysis.sweeps import sweep
+    from esjax._src.analysis.sweeps import sweep
 
     out = tmp_path_factory.mktemp("sweep") / "sweep"
     sweep("cartpole", ["strategy_settings.learning_rate=0.05,0.1"], generations=1, popsize=8,
@@ -471,7 +471,7 @@ def test_a_deeply_nested_summary_or_task_file_is_one_line(run, tmp_path):
 
 
 def test_the_parsers_refuse_what_they_cannot_bound(tmp_path):
-    from esjax.run.files import read_json
+    from esjax._src.run.files import read_json
 
     path = tmp_path / "big.json"
     path.write_text("[" + "1," * 1000 + "1]")
@@ -510,7 +510,7 @@ def test_metrics_are_read_as_a_stream_kept_as_much_as_a_figure_draws(run, tmp_pa
     """30,000 rows are drawn from the few a figure needs: memory follows the figure."""
     import tracemalloc
 
-    from esjax.analysis import plotting
+    from esjax._src.analysis import plotting
 
     rows = "".join(
         json.dumps({"generation": g, "env_steps": g, "fitness_mean": 1.0, "fitness_best": 2.0,
@@ -553,7 +553,7 @@ def test_a_hard_linked_lock_or_metrics_file_is_never_written_through(run, tmp_pa
     os.link(notes, run / "linked.jsonl")
     (run / runs.METRICS).unlink()
     os.link(notes, run / runs.METRICS)
-    from esjax.run.files import append_bytes
+    from esjax._src.run.files import append_bytes
 
     with pytest.raises(ConfigError, match="hard link"):
         append_bytes(run / "linked.jsonl", b"{}\n")
@@ -618,9 +618,9 @@ def make(**kwargs):
 def fresh_process(*modules: str, folders: tuple[Path, ...] = ()) -> None:
     """What a new process would have: none of the users' code loaded (the test process loads
     each run's), and none of their folders on the import path."""
-    from esjax.engine.tasks import forget_shared_rollouts
-    from esjax.envs import usercode
-    from esjax.run import training
+    from esjax._src.engine.tasks import forget_shared_rollouts
+    from esjax._src.envs import usercode
+    from esjax._src.run import training
 
     usercode._PROVIDED.clear()
     usercode._LOADED.clear()
@@ -723,7 +723,7 @@ def test_a_sweep_resumed_from_another_folder_runs_its_own_task(made_sweep, tmp_p
 def test_a_sweeps_task_changed_after_the_check_is_not_what_runs(made_sweep, tmp_path, monkeypatch):
     """The race: a task file that names only data while the trust check reads it, and code
     right after. The sweep reads it once; what it checked is what it runs."""
-    from esjax.specs import presets
+    from esjax._src.specs import presets
 
     sweep_dir = tmp_path / "sweep"
     shutil.copytree(made_sweep, sweep_dir, symlinks=True)

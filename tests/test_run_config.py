@@ -1,7 +1,7 @@
 """The run configuration: typed, frozen, resolved once, written once.
 
-``config.json`` is the JSON form of :class:`esjax.specs.config.RunConfig`; it round-trips for every
-preset, is never rewritten by building the engine or resuming (a resume that goes further
+``config.json`` is the JSON form of :class:`esjax._src.specs.config.RunConfig`; it round-trips for
+every preset, is never rewritten by building the engine or resuming (a resume that goes further
 records its target in ``target.json`` and the checkpoint), and run directories written by
 older versions open.
 """
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from esjax.run import runs
-from esjax.run.training import evolve, resolve_config
-from esjax.specs import presets
-from esjax.specs.config import LOOP_SETTINGS, ConfigError, LoopSettings, RunConfig
+from esjax._src.run import runs
+from esjax._src.run.training import evolve, resolve_config
+from esjax._src.specs import presets
+from esjax._src.specs.config import LOOP_SETTINGS, ConfigError, LoopSettings, RunConfig
 
 DATA = Path(__file__).parent / "data"
 TINY = ["episode_length=30", "evaluation.every=1", "evaluation.episodes=4"]
@@ -321,7 +321,7 @@ def test_a_stored_task_reads_back_with_its_tables_or_without(tmp_path):
 def test_a_sweep_over_a_tables_number_shares_one_program():
     """The sweep's configurations resolve as a run does, and differ only in a traced number
     when --vary edits the table of the strategy that runs."""
-    from esjax.analysis.sweeps import structure
+    from esjax._src.analysis.sweeps import structure
 
     configs = [
         resolve_config(PER_STRATEGY, strategy="lowrank_es", popsize=8,

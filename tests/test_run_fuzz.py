@@ -26,8 +26,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from test_run_as_data import SMALL, cli
 
-from esjax.run import runs, trust
-from esjax.run.training import evolve
+from esjax._src.run import runs, trust
+from esjax._src.run.training import evolve
 
 JSON_FILES = (runs.CONFIG, runs.SUMMARY, runs.TARGET)
 BINARY_FILES = ("final_policy.msgpack", "best_policy.msgpack", runs.CHECKPOINT, runs.LOCK)

@@ -9,11 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from esjax.run import runs
-from esjax.run.runs import load_metrics, read_run_config
-from esjax.run.saved import evaluate_run, load_policy
-from esjax.run.training import Interrupted, RunSummary, evolve
-from esjax.specs.config import ConfigError
+from esjax._src.run import runs
+from esjax._src.run.runs import load_metrics, read_run_config
+from esjax._src.run.saved import evaluate_run, load_policy
+from esjax._src.run.training import Interrupted, RunSummary, evolve
+from esjax._src.specs.config import ConfigError
 
 SMALL = [
     "episode_length=16",
@@ -199,7 +199,7 @@ def test_controller_replays_the_rollout_in_a_python_loop(straight):
     """``load_policy`` in a plain loop over gymnax steps earns the rollout's own return."""
     controller = load_policy(straight.run_dir)
     assert controller.obs_stats is not None  # normalize_obs=true
-    from esjax.engine.tasks import make_rollout
+    from esjax._src.engine.tasks import make_rollout
 
     rollout = make_rollout(controller.task)
     key = jax.random.key(7)

@@ -1,4 +1,4 @@
-"""esjax.specs.stats: the one Student-t interval, against references computed another way."""
+"""esjax._src.specs.stats: the one Student-t interval, against references computed another way."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from esjax.analysis import meta, plotting, sweeps
-from esjax.specs import digits, stats
+from esjax._src.analysis import meta, plotting, sweeps
+from esjax._src.specs import digits, stats
 
 REPO = Path(__file__).resolve().parents[1]
 # With 2 degrees of freedom the t quantile has a closed form, t_p = (2p - 1) / sqrt(2p(1 - p)):
@@ -108,7 +108,8 @@ def test_importing_esjax_leaves_scipy_stats_unloaded():
     # scipy.stats costs most of a second; it loads on the first quantile, not on import.
     code = (
         "import sys, esjax\n"
-        "from esjax.analysis import meta, plotting, sweeps\nfrom esjax.specs import stats\n"
+        "from esjax._src.analysis import meta, plotting, sweeps\n"
+        "from esjax._src.specs import stats\n"
         "assert 'scipy.stats' not in sys.modules, 'loaded on import'\n"
         "stats.t_quantile(3)\n"
         "assert 'scipy.stats' in sys.modules\n"

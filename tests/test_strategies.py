@@ -16,10 +16,10 @@ import optax
 import pytest
 from evosax.core import fitness_shaping as shaping
 
-from esjax.specs import presets
-from esjax.specs.config import ConfigError
-from esjax.strategies import algorithms
-from esjax.strategies.fitness import (
+from esjax._src.specs import presets
+from esjax._src.specs.config import ConfigError
+from esjax._src.strategies import algorithms
+from esjax._src.strategies.fitness import (
     group_members,
     member_returns,
     return_stats,
@@ -27,7 +27,7 @@ from esjax.strategies.fitness import (
     to_return,
     ungroup_members,
 )
-from esjax.strategies.strategy import (
+from esjax._src.strategies.strategy import (
     build_strategy,
     catalogue,
     load_strategy,
@@ -134,7 +134,7 @@ def test_popsize_rules():
 
 
 def test_rollouts_multiplier_scales_the_tasks_episodes_unless_rollouts_are_given():
-    from esjax.run.training import resolve_config
+    from esjax._src.run.training import resolve_config
 
     multiplier = load_strategy("cma_es").loop.rollouts_multiplier
     assert multiplier > 1  # the preset asks for quieter returns than one episode gives
@@ -151,8 +151,8 @@ def test_rollouts_multiplier_scales_the_tasks_episodes_unless_rollouts_are_given
 
 
 def test_a_config_written_before_rollouts_multiplier_still_resumes():
-    from esjax.run.training import _strategy_spec, resolve_config
-    from esjax.specs.config import RunConfig
+    from esjax._src.run.training import _strategy_spec, resolve_config
+    from esjax._src.specs.config import RunConfig
 
     data = resolve_config("pendulum", strategy="cma_es").to_json()
     loop = data.pop("loop")  # before the loop table, the strategy's settings held it ...
@@ -530,7 +530,7 @@ def _esjax(*args: str, cwd) -> subprocess.CompletedProcess:
     repo = Path(__file__).resolve().parents[1]
     env = dict(os.environ, COLUMNS="200", TERM="dumb", JAX_PLATFORMS="cpu")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo), env.get("PYTHONPATH")]))
-    command = [sys.executable, "-c", "from esjax.cli.main import main; main()", *args]
+    command = [sys.executable, "-c", "from esjax._src.cli.main import main; main()", *args]
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -557,8 +557,8 @@ def test_cli_list_marks_tuned_presets_and_shows_every_algorithm(tmp_path):
 
 @pytest.mark.parametrize("name", ["DifferentialEvolution", "xNES"])
 def test_a_discovered_algorithm_resumes_bit_identically(name, tmp_path):
-    from esjax.run import runs
-    from esjax.run.training import evolve
+    from esjax._src.run import runs
+    from esjax._src.run.training import evolve
 
     small = [
         "episode_length=16",
@@ -596,7 +596,7 @@ def test_worst_episodes_averages_each_members_lowest_returns(fraction):
 def test_worst_episodes_reaches_the_strategy_through_the_rollout_summary():
     """The summary a generation ranks against every member's episodes from the same keys,
     reduced here in numpy."""
-    from esjax.run.training import engine_for, resolve_config
+    from esjax._src.run.training import engine_for, resolve_config
 
     config = resolve_config(
         "pendulum-sign",
@@ -644,7 +644,7 @@ def test_ars_takes_env_groups_of_antithetic_pairs():
 
 def test_a_growing_schedule_grows_unless_a_ceiling_is_set():
     """A decay above 1 with the default floor of 0 grows the value (it was held at 0)."""
-    from esjax.strategies.strategy import _decaying
+    from esjax._src.strategies.strategy import _decaying
 
     counts = np.arange(4)
     grown = np.asarray(jax.vmap(_decaying(0.1, 1.5, 0.0))(counts))
@@ -662,7 +662,7 @@ def test_clipup_refuses_a_learning_rate_schedule_it_would_ignore():
         load_strategy("open_es", {"optimizer": "clipup", "lr_min": 0.001})
     load_strategy("pgpe", {"learning_rate": 0.2})
     # A run made before the check resumes: its stored settings are only completed, not refused.
-    from esjax.strategies.strategy import resolve_settings
+    from esjax._src.strategies.strategy import resolve_settings
 
     stored = {**load_strategy("pgpe").settings, "lr_decay": 0.99}
     assert resolve_settings("PGPE", [(stored, "config")])["lr_decay"] == 0.99
@@ -691,7 +691,7 @@ def test_a_stored_run_keeps_its_settings_that_new_runs_refuse():
     refused."""
     import dataclasses as dc
 
-    from esjax.run.training import _strategy_spec, resolve_config
+    from esjax._src.run.training import _strategy_spec, resolve_config
 
     old = {"learning_rate": 0.0, "lr_min": -1.0, "std_init": 0.05}
     with pytest.raises(ConfigError, match="learning_rate must be a number above 0"):

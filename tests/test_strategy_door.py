@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from test_run_as_data import cli
 
-from esjax.specs.config import ConfigError
-from esjax.strategies import algorithms
-from esjax.strategies.fitness import to_fitness
-from esjax.strategies.population import MATERIALISED, MemberLayout, PairedMembers, Population
-from esjax.strategies.strategy import (
+from esjax._src.specs.config import ConfigError
+from esjax._src.strategies import algorithms
+from esjax._src.strategies.fitness import to_fitness
+from esjax._src.strategies.population import MATERIALISED, MemberLayout, PairedMembers, Population
+from esjax._src.strategies.strategy import (
     build_strategy,
     form_for,
     load_strategy,
@@ -115,9 +115,9 @@ def shapes_in(jaxpr) -> set[tuple[int, ...]]:
 def test_a_generation_never_holds_the_population(toy, monkeypatch):
     """In chunks of 8 of a population of 64, no value of a traced generation block has the
     population's shape (64 x parameters); with the lazy form taken away, one does."""
-    import esjax.engine.generation
-    import esjax.strategies.strategy
-    from esjax.run.training import clear_engine_cache, engine_for, resolve_config
+    import esjax._src.engine.generation
+    import esjax._src.strategies.strategy
+    from esjax._src.run.training import clear_engine_cache, engine_for, resolve_config
 
     hidden = ["policy.hidden=[8]"]
     config = resolve_config("cartpole", strategy="KeyedES", popsize=64, overrides=hidden)
@@ -126,7 +126,7 @@ def test_a_generation_never_holds_the_population(toy, monkeypatch):
         clear_engine_cache()
         _, engine = engine_for(config)
         engine.rollout.chunk_size = 8  # read when the block is traced
-        block = functools.partial(esjax.engine.generation.run_block, engine.step)
+        block = functools.partial(esjax._src.engine.generation.run_block, engine.step)
         state = engine.init(jnp.arange(1))
         jaxpr = jax.make_jaxpr(block)(state, jnp.asarray(1, jnp.int32)).jaxpr
         return shapes_in(jaxpr), engine.num_dims
@@ -134,8 +134,10 @@ def test_a_generation_never_holds_the_population(toy, monkeypatch):
     try:
         lazy_shapes, num_dims = traced_shapes()
         assert not {(64, num_dims), (1, 64, num_dims)} & lazy_shapes
-        monkeypatch.setattr(esjax.strategies.strategy, "form_for", lambda strategy: MATERIALISED)
-        monkeypatch.setattr(esjax.engine.generation, "form_for", lambda strategy: MATERIALISED)
+        monkeypatch.setattr(
+            esjax._src.strategies.strategy, "form_for", lambda strategy: MATERIALISED
+        )
+        monkeypatch.setattr(esjax._src.engine.generation, "form_for", lambda strategy: MATERIALISED)
         matrix_shapes, _ = traced_shapes()
         assert {(64, num_dims), (1, 64, num_dims)} & matrix_shapes  # the check can see one
     finally:

@@ -10,11 +10,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from esjax.envs.core import make_env
-from esjax.policies.networks import MLP
-from esjax.rollout.episode import episode_keys, split_step_key, step_keys
-from esjax.rollout.population_rollout import PopulationRollout
-from esjax.specs.config import ConfigError
+from esjax._src.envs.core import make_env
+from esjax._src.policies.networks import MLP
+from esjax._src.rollout.episode import episode_keys, split_step_key, step_keys
+from esjax._src.rollout.population_rollout import PopulationRollout
+from esjax._src.specs.config import ConfigError
 
 ENV = "Craftax-Classic-Symbolic-v1"
 

@@ -9,11 +9,11 @@ import jax
 import numpy as np
 import pytest
 
-from esjax.envs.core import make_env
-from esjax.policies.networks import MLP
-from esjax.rollout.episode import episode_keys, step_keys
-from esjax.rollout.population_rollout import PopulationRollout
-from esjax.specs.config import ConfigError
+from esjax._src.envs.core import make_env
+from esjax._src.policies.networks import MLP
+from esjax._src.rollout.episode import episode_keys, step_keys
+from esjax._src.rollout.population_rollout import PopulationRollout
+from esjax._src.specs.config import ConfigError
 
 ENV = "Snake-v1"
 UP, RIGHT = 0, 1
@@ -96,7 +96,7 @@ class TruncatingEnv:
 
 
 def test_a_truncation_with_discount_one_is_truncation_not_termination(jumanji):
-    from esjax.envs.suite_jumanji import JumanjiEnv
+    from esjax._src.envs.suite_jumanji import JumanjiEnv
 
     adapted = JumanjiEnv(TruncatingEnv(), num_actions=2)
     _, state = adapted.reset(jax.random.key(0), adapted.default_params)

@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 
 from esjax import load_policy
-from esjax.envs.core import make_env
-from esjax.envs.suites import registered
+from esjax._src.envs.core import make_env
+from esjax._src.envs.suites import registered
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = REPO / "tasks"

@@ -1,7 +1,7 @@
 """The suite registry is the one list of suites, and what names suites elsewhere follows it.
 
-Adding a suite is its module, one line in ``esjax.envs.suites.SUITE_MODULES`` and its tests; the
-checks here fail where something else (``pyproject.toml``'s extras, the API reference) has not
+Adding a suite is its module, one line in ``esjax._src.envs.suites.SUITE_MODULES`` and its tests;
+the checks here fail where something else (``pyproject.toml``'s extras, the API reference) has not
 caught up. The toy suite (tests/data/toy_suite.py) walks through the recipe from outside esjax:
 registered by replacing the registry's tuple, the same line a contributor adds, then trained
 and evaluated from the command line.
@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from esjax.envs import suites
-from esjax.envs.core import SuiteAdapter, check_env, make_env
-from esjax.envs.suites import (
+from esjax._src.envs import suites
+from esjax._src.envs.core import SuiteAdapter, check_env, make_env
+from esjax._src.envs.suites import (
     RegistryError,
     Suite,
     names_code,
@@ -31,7 +31,7 @@ from esjax.envs.suites import (
     registered,
     suite_rows,
 )
-from esjax.specs.config import ConfigError
+from esjax._src.specs.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
@@ -53,29 +53,30 @@ def test_pyproject_has_each_suites_extra_and_envs_lists_exactly_them():
 
 
 def test_every_suite_module_is_registered_and_in_the_api_reference():
-    """An esjax/envs/suite_*.py not in the registry would never be reachable; one missing from
+    """An esjax/_src/envs/suite_*.py not in the registry would never be reachable; one missing from
     docs/api/envs.md would have no reference page."""
     folder = REPO / "esjax" / "envs"
     files = {f"envs.{path.stem}" for path in folder.glob("suite_*.py")} - {"envs.suite_base"}
     unregistered = sorted(files - set(package_modules()))
     assert not unregistered, (
-        f"esjax/envs/suites.py: add 'esjax.{unregistered[0]}' to SUITE_MODULES "
+        f"esjax/_src/envs/suites.py: add 'esjax.{unregistered[0]}' to SUITE_MODULES "
         "(CONTRIBUTING.md's Register step)"
     )
     assert files == set(package_modules())
     lines = (REPO / "docs" / "api" / "envs.md").read_text().splitlines()
     listed = {line.split()[1].removeprefix("esjax.") for line in lines
-              if line.startswith("::: esjax.envs.suite_")}  # fmt: skip
+              if line.startswith("::: esjax._src.envs.suite_")}  # fmt: skip
     assert listed - {"envs.suite_base"} == set(package_modules())
 
 
 def test_the_registry_imports_neither_jax_nor_a_suite_until_asked():
-    """``esjax.envs.suites`` alone loads no JAX; resolving it loads the adapters (JAX) but none of
+    """``esjax._src.envs.suites`` alone loads no JAX; resolving it loads the adapters (JAX) but none
+    of
     the suites' own packages, which only ``make`` imports."""
     code = (
         "import sys\n"
-        "import esjax.envs.suites as s\n"
-        "assert 'jax' not in sys.modules, 'esjax.envs.suites imported JAX'\n"
+        "import esjax._src.envs.suites as s\n"
+        "assert 'jax' not in sys.modules, 'esjax._src.envs.suites imported JAX'\n"
         "packages = [suite.package for suite in s.registered().values()]\n"
         "loaded = [p for p in packages if p in sys.modules]\n"
         "assert not loaded, loaded\n"
@@ -84,7 +85,8 @@ def test_the_registry_imports_neither_jax_nor_a_suite_until_asked():
 
 
 def test_every_registered_adapter_takes_what_esjax_passes_it():
-    """``make(name, kwargs)`` as :class:`esjax.envs.core.SuiteAdapter` says, checked without the
+    """``make(name, kwargs)`` as :class:`esjax._src.envs.core.SuiteAdapter` says, checked without
+    the
     suites installed: the adapters import their suites inside ``make`` only."""
     wanted = list(inspect.signature(SuiteAdapter.make).parameters)[1:]
     for name, suite in registered().items():
@@ -105,7 +107,7 @@ def test_a_registered_module_that_is_not_an_adapter_is_one_line(monkeypatch):
     monkeypatch.setattr(suites, "SUITE_MODULES", (*shipped, "json"))
     with pytest.raises(RegistryError, match=r"^json is registered as a suite but lacks SUITE"):
         registered()
-    monkeypatch.setattr(suites, "SUITE_MODULES", (*shipped, "esjax.envs.suite_navix"))
+    monkeypatch.setattr(suites, "SUITE_MODULES", (*shipped, "esjax._src.envs.suite_navix"))
     with pytest.raises(RegistryError, match=r"^esjax\.envs\.suite_navix is registered twice$"):
         registered()
 
@@ -147,8 +149,8 @@ def test_a_suite_named_like_its_package_never_hides_the_packages_factory(tmp_pat
     )
     (tmp_path / "walkers_suite.py").write_text(
         "import importlib\n"
-        "from esjax.envs.suites import Suite\n"
-        "from esjax.specs.config import ConfigError\n"
+        "from esjax._src.envs.suites import Suite\n"
+        "from esjax._src.specs.config import ConfigError\n"
         "SUITE = Suite('walkers', 'walkers', 'walkers', 'walkers:Walk', 'a suite of walkers')\n"
         "def make(name, kwargs):\n"
         "    importlib.import_module('walkers')  # as an adapter imports its suite\n"
@@ -168,7 +170,7 @@ def test_a_suite_named_like_its_package_never_hides_the_packages_factory(tmp_pat
 
 def _cli(*args: object) -> str:
     """``esjax ARGS`` in this process (so the registry replaced here holds); its stdout."""
-    from esjax.cli.main import app
+    from esjax._src.cli.main import app
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

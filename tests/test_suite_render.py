@@ -23,13 +23,13 @@ import jax
 import numpy as np
 import pytest
 
-from esjax.analysis.render import play_episode
-from esjax.envs.suite_base import check_mujoco_gl, default_mujoco_gl, policy_observation
-from esjax.rollout.episode import episode_keys
-from esjax.run import runs
-from esjax.run.saved import SavedPolicy
-from esjax.run.training import resolve_config
-from esjax.specs.config import ConfigError
+from esjax._src.analysis.render import play_episode
+from esjax._src.envs.suite_base import check_mujoco_gl, default_mujoco_gl, policy_observation
+from esjax._src.rollout.episode import episode_keys
+from esjax._src.run import runs
+from esjax._src.run.saved import SavedPolicy
+from esjax._src.run.training import resolve_config
+from esjax._src.specs.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 # Too few for any of these envs to end the episode: navix's and xminigrid's goals are 5 and 11

@@ -13,9 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from esjax.policies.networks import MLP
-from esjax.rollout.episode import episode_keys, split_step_key, step_keys
-from esjax.rollout.population_rollout import PopulationRollout
+from esjax._src.policies.networks import MLP
+from esjax._src.rollout.episode import episode_keys, split_step_key, step_keys
+from esjax._src.rollout.population_rollout import PopulationRollout
 
 NAVIX_ENV = "Navix-Empty-5x5-v0"
 
@@ -56,7 +56,7 @@ def test_navix_adapter_matches_navix_stepped_in_a_python_loop(navix, seed):
 
 def test_state_env_steps_a_brax_style_state_and_reports_termination():
     """The adapter Brax and Playground share, on a stand-in that counts to 3 and then ends."""
-    from esjax.envs.suite_base import StateEnv
+    from esjax._src.envs.suite_base import StateEnv
 
     class Counter:
         action_size = 2
@@ -86,7 +86,7 @@ def test_state_env_steps_a_brax_style_state_and_reports_termination():
 
 def test_timestep_outcome_tells_termination_from_truncation():
     """dm_env's rule: a last step with discount 0 is termination, any other last step truncation."""
-    from esjax.envs.suite_base import timestep_outcome
+    from esjax._src.envs.suite_base import timestep_outcome
 
     def step(last, discount, reward=1.5):
         return types.SimpleNamespace(last=lambda: jnp.asarray(last), discount=jnp.asarray(discount),
@@ -101,7 +101,7 @@ def test_timestep_outcome_tells_termination_from_truncation():
 
 def test_what_a_policy_sees_of_a_suites_observation():
     """A dict's ``state`` entry alone; one array with its shape; other pytrees joined in order."""
-    from esjax.envs.suite_base import policy_observation
+    from esjax._src.envs.suite_base import policy_observation
 
     state = jnp.arange(3.0)
     privileged = jnp.arange(10.0, 17.0)
@@ -120,7 +120,7 @@ def test_what_a_policy_sees_of_a_suites_observation():
 def test_a_dict_observation_gives_the_policy_its_state_entry():
     """Playground's locomotion envs: ``obs = {"state", "privileged_state"}``; the policy sees
     the state (Playground's own trainers' ``policy_obs_key``), not the critic's extras."""
-    from esjax.envs.suite_base import StateEnv
+    from esjax._src.envs.suite_base import StateEnv
 
     class Legged:
         action_size = 1

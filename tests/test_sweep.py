@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from test_cli import SMALL, assert_clean_error, esjax
 
-from esjax.analysis import sweeps
-from esjax.run.training import evolve
-from esjax.specs.config import ConfigError
+from esjax._src.analysis import sweeps
+from esjax._src.run.training import evolve
+from esjax._src.specs.config import ConfigError
 
 TINY = {
     "popsize": 8,
@@ -83,7 +83,7 @@ def test_each_configuration_equals_the_same_run_alone(finished, alone):
 
 
 def test_sweep_json_holds_test_returns_intervals_and_steps(finished):
-    from esjax.run.saved import evaluate_run
+    from esjax._src.run.saved import evaluate_run
 
     out, record = finished
     assert json.loads((out / "sweep.json").read_text()) == json.loads(json.dumps(record))
@@ -187,7 +187,7 @@ def test_a_configuration_extended_and_killed_is_not_taken_as_finished(tmp_path):
 
 
 def test_numeric_settings_share_a_program_and_shapes_do_not():
-    from esjax.run.training import resolve_config
+    from esjax._src.run.training import resolve_config
 
     grid = sweeps.configurations(
         [
@@ -213,7 +213,7 @@ def test_settings_the_engine_reads_when_built_get_programs_of_their_own():
     """``worst_episodes`` is a float every strategy takes, and tracing it through ask and tell
     works (they never read it), but the rollout reads it once, when the engine is built. Were it
     traced, both configurations would run one program with the first one's value."""
-    from esjax.run.training import resolve_config
+    from esjax._src.run.training import resolve_config
 
     grid = sweeps.configurations(["strategy_settings.worst_episodes=1.0,0.5"])
     resolved = [
@@ -233,7 +233,7 @@ SAMPLER = ["env_sampler.m.dist=uniform", "env_sampler.m.low=1.0", "env_sampler.m
 
 
 def test_env_sampler_bounds_share_a_program_and_its_kind_does_not():
-    from esjax.run.training import resolve_config
+    from esjax._src.run.training import resolve_config
 
     def found(vary):
         grid = sweeps.configurations(vary)
@@ -252,8 +252,8 @@ def test_env_sampler_bounds_share_a_program_and_its_kind_does_not():
 
 
 def test_env_sampler_bound_sweep_equals_each_run_alone(tmp_path, monkeypatch):
-    from esjax.rollout import population_rollout as rollout
-    from esjax.run.training import evolve
+    from esjax._src.rollout import population_rollout as rollout
+    from esjax._src.run.training import evolve
 
     # Chunks of a few members, so the sweep's 4 stacked runs (2 bounds x 2 seeds) step
     # through the population in smaller chunks than a run alone does: results must not care.
@@ -284,7 +284,7 @@ def test_env_sampler_bound_sweep_equals_each_run_alone(tmp_path, monkeypatch):
 def test_a_live_sweep_directory_is_refused(finished, tmp_path):
     import shutil
 
-    from esjax.run.lifecycle import RunLock
+    from esjax._src.run.lifecycle import RunLock
 
     out, _ = finished
     copy = tmp_path / "live"
@@ -345,7 +345,7 @@ def test_bad_sweeps_fail_before_compiling(tmp_path):
 def test_help_is_complete_with_an_example(command, words):
     from typer.testing import CliRunner
 
-    from esjax.cli.main import app
+    from esjax._src.cli.main import app
 
     result = CliRunner().invoke(app, [command, "--help"], prog_name="esjax", env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
@@ -404,7 +404,7 @@ def test_a_signal_while_the_runs_are_opened_stops_the_sweep(tmp_path, monkeypatc
     import os
     import signal
 
-    from esjax.run.lifecycle import Run
+    from esjax._src.run.lifecycle import Run
 
     real_begin = Run.begin
 
@@ -425,8 +425,8 @@ def test_the_sweep_table_says_how_many_seeds_its_steps_to_threshold_average():
 
     from rich.console import Console
 
-    from esjax.analysis.evaluation import sweep_rows
-    from esjax.cli.tables import show_sweep
+    from esjax._src.analysis.evaluation import sweep_rows
+    from esjax._src.cli.tables import show_sweep
 
     def entry(per_seed):
         reached = [s for s in per_seed if s is not None]

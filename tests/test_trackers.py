@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 from test_cli import SMALL, assert_clean_error, cli_env, esjax
 
-from esjax.run import trackers
-from esjax.specs.config import ConfigError
+from esjax._src.run import trackers
+from esjax._src.specs.config import ConfigError
 
 TRACKED = (*SMALL, "--generations", "3", "--seeds", "2")
 LOG_ALL = ("--log", "tensorboard", "--log", "wandb", "--log", "mlflow")
@@ -234,8 +234,8 @@ def test_scalars_and_grouping():
 def tracker_in_a_process(name: str, cwd: Path) -> subprocess.CompletedProcess:
     """Open tracker ``name`` for ``cwd/run`` in a fresh process; a ConfigError exits 2."""
     code = (
-        "import sys\nfrom pathlib import Path\nfrom esjax.run import trackers\n"
-        "from esjax.specs.config import ConfigError\ntry:\n"
+        "import sys\nfrom pathlib import Path\nfrom esjax._src.run import trackers\n"
+        "from esjax._src.specs.config import ConfigError\ntry:\n"
         f"    trackers._TRACKERS[{name!r}](Path('run'), {{'popsize': 8}})\n"
         "except ConfigError as error:\n    print(error, file=sys.stderr)\n    sys.exit(2)\n"
     )
@@ -256,8 +256,9 @@ def test_wandb_online_without_a_login_is_a_one_line_error(tmp_path, monkeypatch)
 
 def test_no_tracker_is_imported_unless_asked_for(tmp_path):
     code = (
-        "import sys\nimport esjax.cli.main, esjax.run.training, esjax.analysis.sweeps\n"
-        "import esjax.run.trackers\n"
+        "import sys\nimport esjax._src.cli.main, esjax._src.run.training\n"
+        "import esjax._src.analysis.sweeps\n"
+        "import esjax._src.run.trackers\n"
         "print(sorted({'tensorboard', 'wandb', 'mlflow'} & set(sys.modules)))\n"
     )
     result = subprocess.run(

@@ -15,10 +15,10 @@ import jax
 import pytest
 from test_cli import esjax
 
-from esjax.analysis.sweeps import sweep
-from esjax.run import programs, saved
-from esjax.run.saved import evaluate_run
-from esjax.run.training import evolve
+from esjax._src.analysis.sweeps import sweep
+from esjax._src.run import programs, saved
+from esjax._src.run.saved import evaluate_run
+from esjax._src.run.training import evolve
 
 TINY = ["episode_length=40", "evaluation.every=1", "evaluation.episodes=4"]
 RUN = {"popsize": 8, "generations": 3, "rollouts": 1}
@@ -93,7 +93,7 @@ def test_the_final_test_compiles_while_the_run_trains(normalize, tmp_path, monke
     With ``normalize_obs`` the saved statistics must meet the program compiled without them.
 
     The thread is named as a background compile, so a stopped run exits without waiting for
-    it (``esjax.cli.terminal.exit_stopped``). Shapes no other test here uses (41-step episodes,
+    it (``esjax._src.cli.terminal.exit_stopped``). Shapes no other test here uses (41-step episodes,
     13 test episodes) make the run cold.
     """
     events = []

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from gymnax.environments.classic_control.pendulum import EnvState
 
-from esjax.run.saved import load_policy
+from esjax._src.run.saved import load_policy
 
 ANGLES = np.linspace(-np.pi, np.pi, 13)[:-1]  # every 30 degrees, the bottom first
 SPEEDS = np.array([-1.0, 0.0, 1.0])  # gymnax's reset draws speeds in [-1, 1]

@@ -34,7 +34,7 @@ SMALL = ["--popsize", "8", "--generations", "1", "--set", "evaluation.every=1",
 
 def esjax(*args: object, cwd: Path) -> subprocess.CompletedProcess:
     script = Path(sys.executable).parent / "esjax"
-    command = [str(script)] if script.is_file() else [sys.executable, "-m", "esjax.cli.main"]
+    command = [str(script)] if script.is_file() else [sys.executable, "-m", "esjax._src.cli.main"]
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     return subprocess.run([*command, *map(str, args)], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=600)  # fmt: skip

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from esjax import evolve
-from esjax.run.runs import load_metrics, read_policy
+from esjax._src.run.runs import load_metrics, read_policy
 
 RECORD = Path(__file__).resolve().parents[1] / "tests" / "data" / "run_hashes.json"
 SIGNIFICANT_DIGITS = 5

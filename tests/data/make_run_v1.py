@@ -84,7 +84,7 @@ def make_run(run_dir: Path) -> None:
 def continuation(run_dir: Path, scratch: Path) -> dict[str, Any]:
     """Resume a copy of ``run_dir`` to CONTINUED generations; what the continuation produced."""
     import esjax
-    from esjax.run import runs
+    from esjax._src.run import runs
 
     copy = scratch / "run"
     shutil.copytree(run_dir, copy)

@@ -15,7 +15,7 @@ import optax
 from evosax.algorithms.distribution_based.base import DistributionBasedAlgorithm
 from evosax.algorithms.distribution_based.open_es import Params, State
 
-from esjax.strategies.population import PairedForm, blocked_sum, descend, pair_and_sign
+from esjax._src.strategies.population import PairedForm, blocked_sum, descend, pair_and_sign
 
 
 class GaussianNoise:

@@ -1,10 +1,10 @@
 """A toy env suite adapted the way a real one is: the module tests/test_suite_registry.py
 registers to walk through adding a suite, from the registry line to ``esjax eval``.
 
-What a suite's module provides (:class:`esjax.envs.core.SuiteAdapter`): ``SUITE``, what the suite
-is, and ``make(name, env_kwargs)``, an env of :class:`esjax.envs.core.Env`'s shape and its default
-params. A real adapter imports its suite's package inside ``make`` only; this suite is the
-file itself, so its ``package`` is JAX, which is always there.
+What a suite's module provides (:class:`esjax._src.envs.core.SuiteAdapter`): ``SUITE``, what the
+suite is, and ``make(name, env_kwargs)``, an env of :class:`esjax._src.envs.core.Env`'s shape and
+its default params. A real adapter imports its suite's package inside ``make`` only; this suite is
+the file itself, so its ``package`` is JAX, which is always there.
 
 The env, ``toy:Walk``: a walker on a line starts near 0 and must reach ``target``; the actions
 step left, stand or step right; each step costs the distance left, and the episode ends on
@@ -17,9 +17,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from esjax.envs.suite_base import BoxSpace, DiscreteSpace, replace_fields
-from esjax.envs.suites import Suite
-from esjax.specs.config import ConfigError
+from esjax._src.envs.suite_base import BoxSpace, DiscreteSpace, replace_fields
+from esjax._src.envs.suites import Suite
+from esjax._src.specs.config import ConfigError
 
 SUITE = Suite(
     name="toy",
