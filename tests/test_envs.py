@@ -231,7 +231,7 @@ def test_a_task_files_env_file_is_read_beside_it_from_any_directory(tmp_path, mo
     """``custom_env.py:make_env`` in examples/custom_env.toml names the file beside the task;
     made absolute, the run's config names it wherever the run is resumed or rendered."""
     monkeypatch.chdir(tmp_path)
-    _, task, _, _ = load_task(TASK)
+    task = load_task(TASK).task
     assert task.env == f"{(REPO / 'examples' / 'custom_env.py').resolve()}:make_env"
     elsewhere = tmp_path / "elsewhere.toml"
     elsewhere.write_text('env = "missing.py:make_env"\nepisode_length = 10\n')

@@ -21,6 +21,7 @@ from esjax._src.envs.core import make_env
 from esjax._src.policies.mirror import check_mirror
 from esjax._src.policies.networks import ActionHead, PolicyError, PolicySpec, is_discrete, spec_for
 from esjax._src.rollout.population_rollout import PopulationRollout
+from esjax._src.specs import live
 from esjax._src.specs.config import (
     ConfigError,
     ParamDistribution,
@@ -178,6 +179,7 @@ def check_task(config: TaskConfig, source: str = "task") -> None:
     (``max_torque``, ``max_speed``) given to a discrete-action task (CartPole, Acrobot) is an
     error that says the env's actions are discrete.
     """
+    _check_held(config)
     try:
         env, default_params = make_env(config.env, config.env_kwargs)
     except ConfigError as error:
@@ -213,6 +215,14 @@ def check_task(config: TaskConfig, source: str = "task") -> None:
         )
 
 
+def _check_held(config: TaskConfig) -> None:
+    """One line naming the live objects (an env, a network handed over from Python) the task
+    names and this process does not hold: nothing in a run directory rebuilds them."""
+    problem = live.check_held(config.env, config.policy.kind)
+    if problem:
+        raise ConfigError(problem)
+
+
 def _check_params(config: TaskConfig, default_params: Any, source: str) -> Any:
     env_params = fixed_env_params(config, default_params, source)
     for split_name, dists in [("env_sampler", config.env_sampler), *config.splits.items()]:
@@ -237,6 +247,7 @@ def make_rollout(
     ``deterministic`` defaults to the preset's ``policy.actions``: one rollout serves training
     and testing, so a policy is judged as it was trained.
     """
+    _check_held(config)
     env, default_params = make_env(config.env, config.env_kwargs)
     env_params = _check_params(config, default_params, source)
     kwargs = {"chunk_size": task_chunk_size(config, kwargs.get("devices")), **kwargs}

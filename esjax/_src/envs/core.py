@@ -47,6 +47,7 @@ from esjax._src.envs import suites
 from esjax._src.envs.suite_base import Renderer
 from esjax._src.envs.suites import Suite
 from esjax._src.envs.usercode import first_line, load_factory
+from esjax._src.specs import live
 from esjax._src.specs.config import ConfigError, suggest
 
 
@@ -195,13 +196,24 @@ class SuiteAdapter(Protocol):
 ENV_METHODS = tuple(name for name in vars(Env) if callable(vars(Env)[name]) and name[0] != "_")
 
 
-def make_env(env: str | Env, env_kwargs: dict | None = None) -> tuple[Env, EnvParams]:
+def make_env(
+    env: str | Env, env_kwargs: dict | None = None, params: EnvParams | None = None
+) -> tuple[Env, EnvParams]:
     """An env object and its default params from an env name (see above), or an env object.
 
-    ``env_kwargs`` go to gymnax's ``make``, a suite's adapter or a user's factory.
+    ``env_kwargs`` go to gymnax's ``make``, a suite's adapter or a user's factory. An object is
+    held to :class:`Env` at this door, its params being ``params`` where given (an object
+    without ``default_params`` needs them); a live name (:mod:`esjax._src.specs.live`) is the
+    object a trainer in this process was given.
     """
     if not isinstance(env, str):
-        return env, env.default_params
+        made = env if params is None else (env, params)
+        return check_env(made, live.describe(env), subject=f"the env ({type(env).__name__})")
+    if live.is_live(env):
+        found = live.lookup(env)
+        if found is None:
+            raise ConfigError(live.missing(env, "env"))
+        return found
     kwargs = dict(env_kwargs or {})
     if ":" not in env:
         return _gymnax_env(env, kwargs)
@@ -211,6 +223,60 @@ def make_env(env: str | Env, env_kwargs: dict | None = None) -> tuple[Env, EnvPa
     else:
         made = _call_factory(load_factory(source, name, env), kwargs, env)
     return check_env(made, env)
+
+
+def gymnax_id(env: Any) -> str | None:
+    """The gymnax id whose ``gymnax.make`` makes an env identical to ``env`` (its class and
+    its attributes), or None: an object a run can then record by name."""
+    name = getattr(type(env), "name", None)
+    if not isinstance(name, property) or type(env).__module__.split(".")[0] != "gymnax":
+        return None
+    try:
+        name = env.name
+        gymnax = import_gymnax()
+        if name not in gymnax.registered_envs:
+            return None
+        made, _ = gymnax.make(name)
+        same = type(made) is type(env) and _same_values(vars(made), vars(env))
+    except Exception:  # anything that stops the comparison: record the object itself
+        return None
+    return name if same else None
+
+
+def params_overrides(params: Any, defaults: Any) -> dict[str, Any] | None:
+    """The fields in which ``params`` differ from ``defaults`` as a task's ``env_params`` (a
+    number or a switch each), or None where they cannot be written so (another type, an
+    array field that differs)."""
+    if type(params) is not type(defaults):
+        return None
+    changed: dict[str, Any] = {}
+    for name, default in vars(defaults).items():
+        value = getattr(params, name, default)
+        if _same_values({"v": value}, {"v": default}):
+            continue
+        if jnp.ndim(value) != 0:
+            return None
+        if isinstance(default, bool):
+            changed[name] = bool(value)
+        elif isinstance(default, int):
+            changed[name] = int(value)
+        else:
+            changed[name] = float(value)
+    return changed
+
+
+def _same_values(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two attribute dicts hold equal values (arrays compared whole)."""
+    if a.keys() != b.keys():
+        return False
+    for key, value in a.items():
+        other = b[key]
+        if hasattr(value, "shape") or hasattr(other, "shape"):
+            if jnp.shape(value) != jnp.shape(other) or not bool(jnp.all(value == other)):
+                return False
+        elif value != other:
+            return False
+    return True
 
 
 def _gymnax_env(env_id: str, kwargs: dict) -> tuple[Any, Any]:
@@ -258,36 +324,40 @@ def _refuse_hidden_factory(suite: Suite, env_name: str, error: ConfigError) -> N
         ) from None
 
 
-def check_env(made: Any, name: str) -> tuple[Env, EnvParams]:
+def check_env(made: Any, name: str, subject: str | None = None) -> tuple[Env, EnvParams]:
     """``(env, default_params)`` from what a factory or an adapter returned, held to :class:`Env`.
 
     The methods are checked by name and by the arguments they take, ``default_params`` by
     name, and the spaces by the fields esjax reads, each failure one line naming the env: an
     env that does not fit otherwise fails deep in a trace. What a method returns is left to
-    the first trace.
+    the first trace. ``subject`` names the env in those lines where it was handed over as an
+    object rather than made by ``name``.
     """
     if isinstance(made, tuple) and len(made) == 2:
         env, params = made
     else:
         env, params = made, getattr(made, "default_params", None)
     kind = type(env).__name__
+    opening = f"{subject} is not" if subject else f"{name!r} made a {kind} object, not"
     for method in ENV_METHODS:
         found = getattr(env, method, None)
         if not callable(found):
             raise ConfigError(
-                f"{name!r} made a {kind} object, not an env esjax can step: it has no "
-                f"{method!r} method (the protocol is esjax._src.envs.core.Env)"
+                f"{opening} an env esjax can step: it has no {method!r} method "
+                "(the protocol is esjax.envs.Env: gymnax's reset(key, params), "
+                "step(key, state, action, params), action_space and observation_space)"
             )
         _check_arguments(found, method, f"{name!r}: {kind}")
-    if not hasattr(env, "default_params"):
+    if subject is None and not hasattr(env, "default_params"):
         raise ConfigError(
             f"{name!r} made a {kind} object without a default_params attribute, which esjax "
-            "reads when it hands the env on (the protocol is esjax._src.envs.core.Env)"
+            "reads when it hands the env on (the protocol is esjax.envs.Env)"
         )
     if params is None:
+        where = f"{subject} has" if subject else f"{name!r} made a {kind} object with"
         raise ConfigError(
-            f"{name!r} made a {kind} object without default_params: give it a default_params "
-            "attribute or return (env, default_params) from the factory"
+            f"{where} no default_params: give it a default_params attribute, pass "
+            "env_params=..., or return (env, default_params) from its factory"
         )
     _check_spaces(env, params, f"{name!r}: {kind}")
     return env, params

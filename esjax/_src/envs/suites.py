@@ -25,6 +25,8 @@ import importlib.util
 from dataclasses import dataclass
 from types import ModuleType
 
+from esjax._src.specs import live
+
 # The adapted suites, in ``esjax list``'s order: a new suite is its module and one line here.
 SUITE_MODULES: tuple[str, ...] = (
     "esjax._src.envs.suite_navix",
@@ -109,7 +111,10 @@ def registered() -> dict[str, Suite]:
 def names_code(name: str) -> bool:
     """Whether an env or policy name is code (``module:factory``, ``file.py:factory``) rather
     than data (a gymnax id, a registered suite's ``SUITE:NAME``, a built-in policy kind):
-    making it would import a module or run a file."""
+    making it would import a module or run a file. A live name (:mod:`esjax._src.specs.live`)
+    is an object this process holds, never code."""
+    if live.is_live(name):
+        return False
     source, colon, _ = name.rpartition(":")
     return bool(colon) and source not in registered()
 

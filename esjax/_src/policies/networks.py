@@ -32,7 +32,7 @@ import jax.numpy as jnp
 
 from esjax._src.envs import core as envs
 from esjax._src.policies import mirror, perturb, user
-from esjax._src.specs import policy_kinds
+from esjax._src.specs import live, policy_kinds
 from esjax._src.specs.config import ConfigError, PolicyConfig
 
 META_INPUTS = ("action", "reward", "done")
@@ -629,18 +629,86 @@ class CodePolicy(_Spec):
         return Network(made.init, made.step, made.initial_carry, made.recurrent)
 
 
-PolicySpec = MLP | LSTM | GRU | CNN | CodePolicy
+@dataclass(frozen=True, eq=False)
+class UserNetwork(_Spec):
+    """A network object handed over from Python, trained as it is (:func:`user.adapt` says
+    what it may be); ``name`` is how lines about it name it. It never names code: a run made
+    with one records it by its live name (:mod:`esjax._src.specs.live`)."""
 
-# The spec that builds each kind of :data:`esjax._src.specs.policy_kinds.KINDS`, by the same name; a
-# kind named as code is a :class:`CodePolicy`.
+    network: Any
+    name: str
+    meta_inputs: tuple[str, ...] = ()
+    mirror: tuple[float, ...] = ()
+    mirror_actions: tuple[int, ...] = ()
+    raw_actions: bool = False
+
+    @classmethod
+    def from_config(cls, config: PolicyConfig) -> UserNetwork:
+        network = live.lookup(config.kind)
+        if network is None:
+            raise ConfigError(live.missing(config.kind, "network"))
+        return cls(network, live.label(config.kind), **_inputs(config))
+
+    def _network(self, input_size: int, outputs: int, layout: dict[str, Any]) -> Network:
+        made = user.adapt(self.network, self.name, input_size)
+        user.check(made, self.name, input_size, outputs)
+        return Network(made.init, made.step, made.initial_carry, made.recurrent)
+
+
+PolicySpec = MLP | LSTM | GRU | CNN | CodePolicy | UserNetwork
+
+# The spec that builds each kind of :data:`esjax._src.specs.policy_kinds.KINDS`, by the same
+# name; a kind named as code is a :class:`CodePolicy`, a live one a :class:`UserNetwork`.
 SPECS: dict[str, type[MLP | LSTM | GRU | CNN]] = {"mlp": MLP, "lstm": LSTM, "gru": GRU, "cnn": CNN}
 
 
 def spec_for(config: PolicyConfig) -> PolicySpec:
     """The spec a task's ``[policy]`` table describes."""
+    if live.is_live(config.kind):
+        return UserNetwork.from_config(config)
     if policy_kinds.names_code(config.kind):
         return CodePolicy.from_config(config)
     return SPECS[config.kind].from_config(config)
+
+
+def as_spec(network: Any, name: str | None = None) -> PolicySpec:
+    """Any network a user hands over as a spec: a spec as it is, an object as a
+    :class:`UserNetwork` (checked for being a network at all, in one line, here)."""
+    if isinstance(network, (MLP, LSTM, GRU, CNN, CodePolicy, UserNetwork)):
+        return network
+    name = name or live.describe(network)
+    user.adapt(network, name, 1)  # its kind only: sizes are checked when it is built
+    return UserNetwork(network, name)
+
+
+def policy_config(spec: PolicySpec, name: str | None = None) -> PolicyConfig:
+    """The ``[policy]`` table that builds ``spec``: what a run records of it. A user's object
+    is recorded by its live name (``name``, made here when not given)."""
+    shared: dict[str, Any] = {
+        "meta_inputs": tuple(spec.meta_inputs),
+        "mirror": tuple(getattr(spec, "mirror", ())),
+        "mirror_actions": tuple(getattr(spec, "mirror_actions", ())),
+        "actions": "raw" if spec.raw_actions else "greedy",
+    }
+    if isinstance(spec, UserNetwork):
+        kind = name or live.name_for(spec.network, live.describe(spec.network))
+        return PolicyConfig(kind=kind, settings=policy_kinds.CodeSettings(), **shared)
+    if isinstance(spec, CodePolicy):
+        extras = policy_kinds.CodeSettings(dict(spec.arguments))
+        return PolicyConfig(kind=spec.factory, settings=extras, **shared)
+    if isinstance(spec, MLP):
+        settings: object = policy_kinds.MLPSettings(tuple(spec.hidden), spec.activation)
+        return PolicyConfig(kind="mlp", settings=settings, **shared)
+    if isinstance(spec, LSTM | GRU):
+        kind = "lstm" if isinstance(spec, LSTM) else "gru"
+        settings = policy_kinds.RecurrentSettings((int(spec.hidden),))
+        return PolicyConfig(kind=kind, settings=settings, **shared)
+    settings = policy_kinds.CNNSettings(
+        hidden=tuple(spec.hidden), activation=spec.activation, channels=tuple(spec.channels),
+        kernel=spec.kernel, stride=spec.stride, lstm=spec.lstm, ego_channel=spec.ego_channel,
+        ego_radius=spec.ego_radius,
+    )  # fmt: skip
+    return PolicyConfig(kind="cnn", settings=settings, **shared)
 
 
 def memory_lesion(policy: Policy) -> Policy:

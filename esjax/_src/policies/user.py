@@ -30,6 +30,7 @@ checked here, each problem one :class:`~esjax._src.policies.networks.PolicyError
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 from collections.abc import Callable, Mapping
@@ -100,6 +101,55 @@ def make(
     )
 
 
+def adapt(network: Any, name: str, input_size: int) -> Made:
+    """A network object handed over from Python, adapted as it is, each problem one line.
+
+    A flax linen module has no weights of its own: each run initialises it from its key. An
+    NNX or equinox module carries its weights, and the search starts from those (every seed
+    alike; the seeds' searches differ in their noise): the network is trained as the user
+    made it. Plain functions come as ``(init, apply)`` or ``(init, apply, initial_carry)``.
+    """
+    if isinstance(network, nn.Module):
+        return _linen(network, name, input_size)
+    if isinstance(network, nnx.Module):
+        return _own_nnx(network, name)
+    if _is_equinox(network):
+        return _own_equinox(network, name)
+    if isinstance(network, tuple) and 2 <= len(network) <= 3 and all(map(callable, network)):
+        return _functions(network, name)
+    raise NetworkError(
+        f"{name}: a {type(network).__name__} is not a network esjax can train: pass a flax "
+        "linen or NNX module, an equinox module, plain functions (init, apply[, "
+        "initial_carry]), or a spec from esjax.policies (MLP, LSTM, GRU, CNN)"
+    )
+
+
+def _own_nnx(module: nnx.Module, name: str) -> Made:
+    """An NNX module as made: its ``nnx.Param`` variables are a member's parameters."""
+    recurrent = _recurrent(module, name, type(module).__call__, bound=False)
+    graph, params, rest = _nnx_parts(module)
+
+    def step(params: PyTree, state: PyTree, x: jax.Array) -> tuple[PyTree, Any]:
+        merged = nnx.merge(graph, params, rest)
+        return merged(state, x) if recurrent else (state, merged(x))
+
+    return Made(lambda key: params, step, _carry_of(module, recurrent), recurrent, "flax.nnx")
+
+
+def _own_equinox(module: Any, name: str) -> Made:
+    """An equinox module as made: its float arrays are a member's parameters."""
+    import equinox as eqx  # present: the module is one of its classes
+
+    recurrent = _recurrent(module, name, type(module).__call__, bound=False)
+    params, static = eqx.partition(module, eqx.is_inexact_array)
+
+    def step(params: PyTree, state: PyTree, x: jax.Array) -> tuple[PyTree, Any]:
+        merged = eqx.combine(params, static)
+        return merged(state, x) if recurrent else (state, merged(x))
+
+    return Made(lambda key: params, step, _carry_of(module, recurrent), recurrent, "equinox")
+
+
 def check(made: Made, name: str, input_size: int, outputs: int) -> None:
     """One line if the network fails on one input of ``input_size`` floats, or does not map it
     to ``(outputs,)``, or (recurrent) returns a carry of another structure than it takes."""
@@ -122,7 +172,15 @@ def check(made: Made, name: str, input_size: int, outputs: int) -> None:
     new_carry, y = result
     if not _same_shapes(carry, new_carry):
         raise NetworkError(f"{name!r}: the carry it returns is not shaped like its initial_carry()")
-    shape = tuple(getattr(y, "shape", ()))
+    leaves = jax.tree.leaves(y)
+    if len(leaves) != 1 or not hasattr(y, "shape"):
+        shapes = ", ".join(str(tuple(leaf.shape)) for leaf in leaves) or "nothing"
+        raise NetworkError(
+            f"{name!r}: its network maps {input_size} inputs to a {type(y).__name__} of "
+            f"{len(leaves)} arrays ({shapes}); esjax needs one array of ({outputs},), the "
+            "action head's inputs (return the action logits or values alone)"
+        )
+    shape = tuple(y.shape)
     if shape != (outputs,):
         raise NetworkError(
             f"{name!r}: its network maps {input_size} inputs to shape {shape}; "
@@ -141,8 +199,13 @@ def _same_shapes(carry: PyTree, new_carry: PyTree) -> bool:
 
 # ---------------------------------------------------------------------------- frameworks
 def _linen(module: nn.Module, name: str, input_size: int) -> Made:
-    recurrent = _recurrent(module, name, module.__call__)
-    carry = module.initial_carry if recurrent else tuple
+    own = getattr(module, "initial_carry", None)
+    if not callable(own) and callable(getattr(module, "initialize_carry", None)):
+        # flax's own cells (nn.LSTMCell, nn.GRUCell, ...) say their carry this way; their
+        # zeros do not depend on the key.
+        own = functools.partial(module.initialize_carry, jax.random.key(0), (input_size,))
+    recurrent = _recurrent(module, name, module.__call__, callable(own))
+    carry = own if recurrent and own is not None else tuple
 
     def init(key: jax.Array) -> PyTree:
         x = jnp.zeros((input_size,), jnp.float32)
@@ -240,15 +303,30 @@ def _like(made: PyTree, fresh: PyTree) -> PyTree:
 
 
 # ---------------------------------------------------------------------------- checks
-def _recurrent(module: Any, name: str, call: Callable[..., Any], bound: bool = True) -> bool:
-    """Whether ``module`` is recurrent: it has ``initial_carry`` and its call takes ``(carry,
-    x)``; one of the two without the other is refused."""
-    takes = len(_positional(call)) - (0 if bound else 1)
-    has_carry = callable(getattr(module, "initial_carry", None))
+def _recurrent(
+    module: Any,
+    name: str,
+    call: Callable[..., Any],
+    has_carry: bool | None = None,
+    bound: bool = True,
+) -> bool:
+    """Whether ``module`` is recurrent: it has ``initial_carry`` (``has_carry``: what stands
+    for it) and its call takes ``(carry, x)``; one of the two without the other is refused."""
+    positional = _required(call)[(0 if bound else 1) :]
+    takes = len(positional)
+    if has_carry is None:
+        has_carry = callable(getattr(module, "initial_carry", None))
     if takes == 2 and not has_carry:
         raise NetworkError(
-            f"{name!r}: its network is called on (carry, x) but has no "
-            "initial_carry() saying what the carry is at an episode's start"
+            f"{name!r}: its network is called with two arguments ({', '.join(positional)}) "
+            "and has no initial_carry(): esjax calls a feed-forward network on one "
+            "observation, and a recurrent one on (carry, x) with initial_carry() saying what "
+            "the carry is at an episode's start"
+        )
+    if takes > 2:
+        raise NetworkError(
+            f"{name!r}: its network is called with {takes} arguments ({', '.join(positional)}); "
+            "esjax calls it on one observation, or on (carry, x) for a recurrent one"
         )
     if has_carry and takes == 1:
         raise NetworkError(
@@ -266,6 +344,16 @@ def _positional(fn: Callable[..., Any]) -> list[str]:
         return []
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     return [p.name for p in parameters if p.kind in kinds]
+
+
+def _required(fn: Callable[..., Any]) -> list[str]:
+    """``fn``'s positional parameters without a default: what a call must pass it."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p.name for p in parameters if p.kind in kinds and p.default is p.empty]
 
 
 def _parameters(factory: Callable[..., Any]) -> set[str]:

@@ -33,7 +33,7 @@ from jax.sharding import PartitionSpec as P
 from jax.typing import ArrayLike
 
 from esjax._src.envs.core import Env, EnvParams, env_step, make_env
-from esjax._src.policies.networks import Policy, PolicySpec
+from esjax._src.policies.networks import Policy, PolicySpec, as_spec
 from esjax._src.rollout import sharding
 from esjax._src.rollout.episode import EpisodeStep, episode_keys, split_step_key, step_keys
 from esjax._src.strategies.fitness import member_returns
@@ -129,8 +129,9 @@ class PopulationRollout:
 
     Args:
         env: a gymnax env id (``"Pendulum-v1"``) or any gymnax-style env object.
-        policy: a policy spec (``esjax._src.policies.MLP`` / ``LSTM`` / ``GRU`` / ``CNN``) or a
-            built :class:`Policy`.
+        policy: a policy spec (``esjax.policies.MLP`` / ``LSTM`` / ``GRU`` / ``CNN``), your own
+            network (a flax linen or NNX module, an equinox module, plain ``(init, apply)``
+            functions) or a built :class:`Policy`.
         episode_length: steps per episode (default: the env's ``max_steps_in_episode``).
         env_params: fixed env params (default: the env's defaults).
         env_params_sampler: ``(key, default_params) -> params`` drawn once per rollout; this is
@@ -170,7 +171,7 @@ class PopulationRollout:
         early_exit: bool | None = None,
         reward_shift: float = 0.0,
     ):
-        self.env, default_params = make_env(env, env_kwargs)
+        self.env, default_params = make_env(env, env_kwargs, params=env_params)
         # What built this rollout, for replace(): the env object (already made) and the policy.
         self._built_from = dict(
             env=self.env, policy=policy, episode_length=episode_length, env_params=env_params,
@@ -469,6 +470,7 @@ def _bind_episode(
         raise ValueError(f"frame_stack must be positive, got {frame_stack}")
     param_inputs, frame_stack = tuple(param_inputs), int(frame_stack)
     if not isinstance(policy, Policy):
+        policy = as_spec(policy)  # a user's network object, as it is
         features = obs_size * frame_stack + len(param_inputs)
         action_space = env.action_space(env_params)
         policy = policy.build(

@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from esjax._src.specs import live
+
 # The [policy] keys every kind takes: what the policy is shown and how its outputs are read.
 SHARED_KEYS = (
     "kind", "meta_inputs", "param_inputs", "frame_stack", "actions", "mirror", "mirror_actions",
@@ -176,8 +178,9 @@ def is_recurrent(kind: PolicyKind, settings: Any) -> bool:
 # ---------------------------------------------------------------------------- code
 def names_code(kind: str) -> bool:
     """Whether ``kind`` names a user's code (``module:factory``, ``file.py:factory``): building
-    the policy would import a module or run a file."""
-    return ":" in kind
+    the policy would import a module or run a file. A live name (:mod:`esjax._src.specs.live`)
+    is not code: it is an object this process holds, or a one-line refusal."""
+    return ":" in kind and not live.is_live(kind)
 
 
 @dataclass(frozen=True)
@@ -213,10 +216,24 @@ class CodeKind:
         return None
 
 
+@dataclass(frozen=True)
+class LiveKind(CodeKind):
+    """A network object handed over from Python (:class:`esjax.Trainer`), named by its live
+    name: it takes no factory arguments, since nothing makes it."""
+
+    def problem(self, settings: CodeSettings) -> Problem | None:
+        if settings.extras:
+            key = next(iter(settings.extras))
+            return key, "a network handed over from Python takes no [policy] arguments"
+        return None
+
+
 def kind_named(name: str) -> PolicyKind | None:
-    """The kind a task's ``kind`` names: a built-in, or code; None for neither."""
+    """The kind a task's ``kind`` names: a built-in, code, or a live object; None for none."""
     if name in KINDS:
         return KINDS[name]
+    if live.is_live(name):
+        return LiveKind(name)
     return CodeKind(name) if names_code(name) else None
 
 

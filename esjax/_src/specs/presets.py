@@ -7,14 +7,17 @@ business.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from esjax._src.specs import live, policy_kinds
 from esjax._src.specs.config import (
     ConfigError,
     TaskConfig,
     load_toml,
+    parse_override,
     parse_task,
     split_strategy_settings,
     suggest,
@@ -95,6 +98,9 @@ class LoadedTask(NamedTuple):
     task: TaskConfig  # parsed and validated, overrides applied, code files made absolute
     raw: dict[str, Any]  # the table before overrides (a run records what it was given)
     source: str  # the file it came from, for messages
+    # One line on the task's [policy] settings a user's network named by --set does not get
+    # (:func:`for_users_network`), for the caller to show; None when there are none.
+    note: str | None = None
 
 
 def load_task(
@@ -111,8 +117,57 @@ def load_task(
         name = Path(task.env).stem.lower() or "task"
         return LoadedTask(name, parse_task(raw, source, overrides), raw, source)
     name, raw, source = task if isinstance(task, TaskTable) else read_table(task)
-    parsed = parse_task(raw, source, overrides)
-    return LoadedTask(name, anchor_code_files(parsed, Path(source).parent), raw, source)
+    kept, note = for_users_network(raw, overrides, source)
+    parsed = parse_task(kept, source, overrides)
+    return LoadedTask(name, anchor_code_files(parsed, Path(source).parent), raw, source, note)
+
+
+# The [policy] keys that wrap or size a task's own network, which a user's network named by
+# --set never takes from the task: its mirror (a wrapper around the network) and every key of
+# the task's own kind (hidden, activation, ...). What the policy is shown and how its outputs
+# become actions (meta_inputs, frame_stack, param_inputs, actions) still apply.
+_NETWORK_KEYS_KEPT = ("meta_inputs", "frame_stack", "param_inputs", "actions")
+
+
+def for_users_network(
+    raw: dict[str, Any], overrides: Sequence[str], source: str
+) -> tuple[dict[str, Any], str | None]:
+    """``(table, note)``: where ``--set policy.kind=...`` swaps the task's own network for a
+    user's, the table without the task's settings of its own network (those the command sets
+    stay), and one line saying which the user's network gets and which it does not."""
+    policy = raw.get("policy")
+    given = {tuple(parse_override(text)[0]): text for text in overrides}
+    kind = parse_override(given[("policy", "kind")])[1] if ("policy", "kind") in given else None
+    if not isinstance(policy, dict) or not isinstance(kind, str) or not _users(kind):
+        return raw, None
+    if _users(str(policy.get("kind", "mlp"))):
+        return raw, None  # the task's own network is the user's: its table is written for it
+    dropped = {k: v for k, v in policy.items() if k != "kind" and k not in _NETWORK_KEYS_KEPT
+               and ("policy", k) not in given}  # fmt: skip
+    kept = {
+        k: v for k, v in policy.items() if k in _NETWORK_KEYS_KEPT and ("policy", k) not in given
+    }
+    if not dropped:
+        return raw, None
+    shown = ", ".join(f"policy.{k}={_shown(v)}" for k, v in dropped.items())
+    gets = ", ".join(f"policy.{k}={_shown(v)}" for k, v in kept.items())
+    note = (
+        f"{source}: your network {kind} is not given the task's {shown} (written for its "
+        f"{policy.get('kind', 'mlp')}; --set policy.KEY=VALUE passes one on)"
+        + (f"; it is given {gets}" if gets else "")
+    )
+    table = {**raw, "policy": {k: v for k, v in policy.items() if k not in dropped}}
+    return table, note
+
+
+def _users(kind: str) -> bool:
+    """Whether a policy kind is a user's network (code or an object), not a built-in."""
+    return policy_kinds.names_code(kind) or live.is_live(kind)
+
+
+def _shown(value: Any) -> str:
+    """A TOML value as ``--set`` takes it."""
+    return json.dumps(list(value) if isinstance(value, tuple) else value)
 
 
 def anchor_code_files(task: TaskConfig, folder: Path) -> TaskConfig:

@@ -199,15 +199,19 @@ def _flops(strategy: Strategy) -> float:
 def _noise(strategy: Strategy, member: MemberLayout) -> Layout:
     """A run's low-rank noise: its policy's leaves, split where its network multiplies them."""
     whole = member.plan.whole
-    if whole:
-        shown = ", ".join(whole[:3]) + (", ..." if len(whole) > 3 else "")
-        warnings.warn(
-            f"low-rank ES perturbs {len(whole)} weight leaves of the policy in full, as OpenES "
-            f"would ({shown}): its network uses them other than as an operand of a matrix "
-            "product or convolution",
-            stacklevel=2,
-        )
+    message = (
+        f"low-rank ES perturbs {len(whole)} weight leaves of the policy in full, as OpenES "
+        f"would ({', '.join(whole)}): its network uses them other than as an operand of a "
+        "matrix product or convolution"
+    )
+    if whole and message not in _SAID:  # every trace of a run asks for the layout: say it once
+        _SAID.add(message)
+        warnings.warn(message, stacklevel=2)
     return Layout.of(member, strategy.es.rank)
+
+
+# The whole-leaf warnings this process has given.
+_SAID: set[str] = set()
 
 
 class LowRank_ES(DistributionBasedAlgorithm):

@@ -28,7 +28,7 @@ import optax
 from evosax.core import fitness_shaping as shaping
 from evosax.core.optimizer import clipup
 
-from esjax._src.specs import presets
+from esjax._src.specs import live, policy_kinds, presets
 from esjax._src.specs.config import (
     LOOP_SETTINGS,
     ConfigError,
@@ -302,6 +302,7 @@ def task_strategy(
         dropped = {k: v for k, v in task.default_settings.items() if k not in flat}
     task_layer = {k: v for k, v in task_layer.items() if k not in flat}  # --set names its own
     spec = load_strategy(name, layers=[(task_layer, where), (flat, "--set strategy_settings")])
+    spec = _users_network_start(task, spec, {**task_layer, **flat})
     note = None
     if dropped:  # spelled as --set takes them, so a user can keep one
         given = ", ".join(f"{k}={json.dumps(v)}" for k, v in dropped.items())
@@ -311,6 +312,19 @@ def task_strategy(
             "(--set strategy_settings.KEY=VALUE keeps one)"
         )
     return TaskStrategy(spec, frozenset(explicit), dropped, note)
+
+
+def _users_network_start(
+    task: TaskConfig, spec: StrategySpec, given: Mapping[str, Any]
+) -> StrategySpec:
+    """A user's network (code or an object) is searched from its own initialisation, as it
+    was written (a LayerNorm's scale of 0 would switch it off), unless the task or the command
+    sets ``mean_init``; esjax's own networks keep the preset's start."""
+    kind = task.policy.kind
+    users = policy_kinds.names_code(kind) or live.is_live(kind)
+    if not users or "mean_init" not in spec.settings or "mean_init" in given:
+        return spec
+    return dataclasses.replace(spec, settings={**spec.settings, "mean_init": "policy"})
 
 
 def _checked_tables(
