@@ -16,6 +16,8 @@ _HOMES = {
     "Interrupted": "esjax._src.run.training",
     "RunSummary": "esjax._src.run.training",
     "evolve": "esjax._src.run.training",
+    "Trainer": "esjax._src.engine.trainer",
+    "seed_key": "esjax._src.engine.generation",
     "ObsStats": "esjax._src.rollout.population_rollout",
     "PopulationRollout": "esjax._src.rollout.population_rollout",
     "RolloutResult": "esjax._src.rollout.population_rollout",
@@ -29,7 +31,7 @@ _HOMES = {
     "report": "esjax._src.analysis.reporting",
     "plot_runs": "esjax._src.analysis.plotting",
 }
-_SUBMODULES = ("policies",)
+_SUBMODULES = ("envs", "policies", "strategies")
 
 __all__ = [
     "Interrupted",
@@ -38,7 +40,9 @@ __all__ = [
     "RolloutResult",
     "RunSummary",
     "SavedPolicy",
+    "Trainer",
     "__version__",
+    "envs",
     "evaluate_run",
     "evolve",
     "load_metrics",
@@ -47,6 +51,8 @@ __all__ = [
     "plot_runs",
     "policies",
     "report",
+    "seed_key",
+    "strategies",
     "sweep",
     "use_cpu_cores",
 ]

@@ -71,15 +71,27 @@ MIN_OBS_STD = 1e-2
 
 
 # ---------------------------------------------------------------------------- keys
-def seed_keys(seed: int | jax.Array) -> dict[str, jax.Array]:
-    """Independent roots of one run: training, parameter init, evaluation and final test.
+def seed_key(seed: int | jax.Array) -> jax.Array:
+    """The key a run of seed ``seed`` starts from: ``esjax evolve --seed S`` trains what
+    ``Trainer.init(seed_key(S))`` starts (it is ``jax.random.key(S)``)."""
+    return jax.random.key(seed)
+
+
+def run_keys(key: jax.Array) -> dict[str, jax.Array]:
+    """Independent roots of one run from its key: training, parameter init, evaluation and
+    final test.
 
     Training keys descend only from ``train``; the evaluation episodes use ``evaluation``
     (fixed for the whole run) and :func:`esjax._src.run.saved.evaluate_run` uses ``test``, so no
     evaluation episode ever replays a training episode.
     """
-    train, init, evaluation, test = jax.random.split(jax.random.key(seed), 4)
+    train, init, evaluation, test = jax.random.split(key, 4)
     return {"train": train, "init": init, "evaluation": evaluation, "test": test}
+
+
+def seed_keys(seed: int | jax.Array) -> dict[str, jax.Array]:
+    """:func:`run_keys` of seed ``seed``'s key."""
+    return run_keys(seed_key(seed))
 
 
 def generation_keys(key_data: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
@@ -328,6 +340,9 @@ class StepConfig:
     validate_episodes: int
     worst_episodes: float  # a member's return: the mean of this fraction of its worst episodes
     antithetic: bool  # members come in antithetic pairs
+    # ``callback(generation, metrics)`` after each generation, from inside the compiled loop
+    # (:class:`esjax.Trainer`'s): under vmap, once per run.
+    callback: Callable[[jax.Array, dict[str, jax.Array]], None] | None = None
 
     @classmethod
     def build(
@@ -341,6 +356,7 @@ class StepConfig:
         block: int,
         eval_episodes: int,
         normalize_obs: bool,
+        callback: Callable[[jax.Array, dict[str, jax.Array]], None] | None = None,
     ) -> StepConfig:
         """The loop's settings read once from the strategy's spec (:class:`LoopSettings`)."""
         loop = strategy.spec.loop
@@ -359,6 +375,7 @@ class StepConfig:
             validate_episodes=int(loop.validate_episodes or eval_episodes),
             worst_episodes=float(loop.worst_episodes),
             antithetic=antithetic(strategy.spec),
+            callback=callback,
         )
 
     @property
@@ -424,10 +441,10 @@ def population_summary(
 
 
 def init_state(
-    config: StepConfig, seed: jax.Array, hyper: dict[str, jax.Array], bounds: dict
+    config: StepConfig, key: jax.Array, hyper: dict[str, jax.Array], bounds: dict
 ) -> RunState:
-    """One seed's state before its first generation."""
-    keys = seed_keys(seed)
+    """One run's state before its first generation, from its key (:func:`seed_key`)."""
+    keys = run_keys(key)
     policy_init, _ = ravel_pytree(config.rollout.init_params(keys["init"]))
     mean = config.strategy.initial_mean(policy_init.astype(jnp.float32))
     k_strategy, train = jax.random.split(keys["train"])
@@ -443,6 +460,13 @@ def init_state(
             bounds=bounds,
         )
     )
+
+
+def init_seed(
+    config: StepConfig, seed: jax.Array, hyper: dict[str, jax.Array], bounds: dict
+) -> RunState:
+    """:func:`init_state` of seed ``seed``'s key: how the command line starts a run."""
+    return init_state(config, seed_key(seed), hyper, bounds)
 
 
 def generation(
@@ -480,7 +504,11 @@ def generation(
         hyper=state.hyper,
         bounds=state.bounds,
     )
-    return _strong(new_state), generation_metrics(returns, summary.lengths)
+    metrics = generation_metrics(returns, summary.lengths)
+    if config.callback is not None:
+        reported = {"generation": new_state.generation, **metrics}
+        jax.debug.callback(config.callback, new_state.generation, reported)
+    return _strong(new_state), metrics
 
 
 def generation_block(
@@ -574,6 +602,7 @@ def make_engine(
     eval_episodes: int = 128,
     normalize_obs: bool = False,
     remember: Remember = compute_now,
+    callback: Callable[[jax.Array, dict[str, jax.Array]], None] | None = None,
 ) -> Engine:
     """Bind rollouts and a strategy (built by ``strategy_fn(num_dims)``, once) into an engine.
 
@@ -588,7 +617,7 @@ def make_engine(
         raise ValueError(f"block must be positive, got {block}")
     config = StepConfig.build(rollout, eval_rollout, strategy, layout, rollouts=rollouts,
                               block=block, eval_episodes=eval_episodes,
-                              normalize_obs=normalize_obs)  # fmt: skip
+                              normalize_obs=normalize_obs, callback=callback)  # fmt: skip
     # Numbers of the env sampler (its ranges) are arrays too, so a sweep over them is one program.
     sampler = rollout.env_params_sampler
     bounds = sampler.bounds() if isinstance(sampler, BoundedSampler) else {}
@@ -604,7 +633,7 @@ def make_engine(
         sharding=replicated,
         population_rollout=bind(population_rollout, config),
         population_summary=bind(population_summary, config),
-        init_batch=jax.jit(jax.vmap(bind(init_state, config)), out_shardings=replicated),
+        init_batch=jax.jit(jax.vmap(bind(init_seed, config)), out_shardings=replicated),
         run_block=jax.jit(bind(run_block, config), out_shardings=replicated),
         evaluate=jax.jit(jax.vmap(bind(evaluate, config))),
     )

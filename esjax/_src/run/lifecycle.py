@@ -72,24 +72,26 @@ class BackendModules(NamedTuple):
     engine: Any
     saved: Any
     strategies: Any
+    trainer: Any
+    resolve: Any
 
 
 def backend_modules() -> BackendModules:
-    """:mod:`esjax._src.engine.generation`, :mod:`esjax._src.run.saved` and
-    :mod:`esjax._src.strategies.strategy`, imported when first needed by the host modules.
+    """:mod:`esjax._src.engine.generation`, :mod:`esjax._src.run.saved`,
+    :mod:`esjax._src.strategies.strategy`, :mod:`esjax._src.engine.trainer` and
+    :mod:`esjax._src.engine.resolve`, imported when first needed by the host modules.
 
-    All three import evosax, which makes JAX arrays on import and so starts JAX's backend.
-    ``from esjax import evolve`` must leave the backend to :mod:`esjax._src.engine.distributed` (its
-    CPU device count, ``jax.distributed.initialize``), so that ``esjax.use_cpu_cores()`` called
-    after it still takes effect.
+    They import evosax, which makes JAX arrays on import and so starts JAX's backend.
+    ``from esjax import evolve`` must leave the backend to :mod:`esjax._src.engine.distributed`
+    (its CPU device count, ``jax.distributed.initialize``), so that ``esjax.use_cpu_cores()``
+    called after it still takes effect.
     """
-    from esjax._src.engine import generation as engine  # they start JAX's backend: not at import
+    from esjax._src.engine import backend  # they start JAX's backend: not at import
     from esjax._src.run import saved  # they start JAX's backend: not at import
-    from esjax._src.strategies import (
-        strategy as strategies,  # they start JAX's backend: not at import
-    )
 
-    return BackendModules(engine, saved, strategies)
+    return BackendModules(
+        backend.generation, saved, backend.strategy, backend.trainer, backend.resolve
+    )
 
 
 class Interrupted(Exception):

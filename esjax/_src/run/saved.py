@@ -34,12 +34,14 @@ from jax.typing import ArrayLike
 from esjax._src.engine.baselines import check_baseline, reference_returns
 from esjax._src.engine.generation import flat_template, seed_keys
 from esjax._src.engine.tasks import shared_rollout
-from esjax._src.envs.core import EnvParams
+from esjax._src.envs.core import EnvParams, make_env
+from esjax._src.policies.networks import UserNetwork, as_spec
 from esjax._src.rollout.episode import EpisodeStep, episode_keys, split_step_key, step_keys
 from esjax._src.rollout.population_rollout import ObsStats, PopulationRollout, PyTree
 from esjax._src.run import runs, trust
 from esjax._src.run.memory import check_program_fits
 from esjax._src.run.programs import COMPILE_THREAD
+from esjax._src.specs import live
 from esjax._src.specs.config import DEFAULT_TEST_EPISODES, ConfigError, RunConfig, TaskConfig
 
 # Fresh test episodes per seed behind the verdict and ``esjax eval``'s default, unless the task
@@ -172,16 +174,49 @@ class SavedPolicy:
 
 
 def load_policy(
-    run_dir: str | Path, which: str = "final", seed: int = 0, *, trust_code: bool = False
+    run_dir: str | Path,
+    which: str = "final",
+    seed: int = 0,
+    *,
+    trust_code: bool = False,
+    env: Any = None,
+    network: Any = None,
 ) -> Controller:
     """The final (search mean) or best evaluated policy of seed index ``seed`` of a run.
 
     Code the run's task names (a ``module:factory`` env) is imported only when this user made
-    the run, or with ``trust_code`` (:mod:`esjax._src.run.trust`).
+    the run, or with ``trust_code`` (:mod:`esjax._src.run.trust`). A run made by a
+    :class:`esjax.Trainer` from objects (an env or a network defined in a notebook) takes them
+    again as ``env=`` and ``network=``: nothing in the run directory can rebuild them.
     """
     if trust_code:
         trust.grant([run_dir])
+    bind_objects(run_dir, env=env, network=network)
     return SavedPolicy.load(run_dir, which, seed).controller()
+
+
+def bind_objects(run_dir: str | Path, *, env: Any = None, network: Any = None) -> None:
+    """Let the objects given stand for the live env and network a run recorded
+    (:mod:`esjax._src.specs.live`), each checked at its door; one line where the run recorded
+    none of that kind."""
+    if env is None and network is None:
+        return
+    task = runs.read_run_config(run_dir).task
+    for what, given, name in (("env", env, task.env), ("network", network, task.policy.kind)):
+        if given is None:
+            continue
+        if not live.is_live(name):
+            raise ConfigError(
+                f"{run_dir}: this run's {what} is {name!r}, which it rebuilds itself; "
+                f"{what}= is for a run made from a Python object"
+            )
+        live.bind(name, make_env(given) if what == "env" else _network_object(given))
+
+
+def _network_object(network: Any) -> Any:
+    """A user's network object as a live name stands for it (checked for being one)."""
+    spec = as_spec(network)
+    return spec.network if isinstance(spec, UserNetwork) else network
 
 
 def evaluate_run(
@@ -193,9 +228,11 @@ def evaluate_run(
     built: tuple[RunConfig, PopulationRollout] | None = None,
     *,
     trust_code: bool = False,
+    env: Any = None,
+    network: Any = None,
 ) -> dict[str, Any]:
-    """Test returns of a saved policy on held-out episodes (``trust_code``: as
-    :func:`load_policy`).
+    """Test returns of a saved policy on held-out episodes (``trust_code``, ``env`` and
+    ``network``: as :func:`load_policy`).
 
     Deterministic actions (unless the task samples them) and the policy's frozen
     normalisation statistics; ``seed`` is the seed index within the run; ``split`` a task
@@ -207,6 +244,7 @@ def evaluate_run(
         raise ConfigError(f"episodes must be a positive integer, got {episodes!r}")
     if trust_code:
         trust.grant([run_dir])
+    bind_objects(run_dir, env=env, network=network)
     built = built or make_test_rollout(run_dir, split)
     policy = SavedPolicy.load(run_dir, which, seed, built=built)
     if episodes is None:

@@ -18,41 +18,28 @@ import json
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import jax
 
-from esjax._src.engine.tasks import check_task, forget_shared_rollouts, make_rollout, shared_rollout
+from esjax._src.engine.tasks import forget_shared_rollouts, shared_rollout
 from esjax._src.run import codefiles, memory
 from esjax._src.run.cache import UNREADABLE_CODE, code_digest, remembered
 from esjax._src.run.lifecycle import Interrupted, LostProcess, Run, RunSummary, backend_modules
 from esjax._src.run.loop import drive
 from esjax._src.run.programs import keep_programs
-from esjax._src.specs.config import (
-    ConfigError,
-    RunConfig,
-    StrategySpec,
-    TaskConfig,
-    check_finite,
-    parse_override,
-)
-from esjax._src.specs.popsize_rule import apply_popsize_rule
+from esjax._src.specs import live
+from esjax._src.specs.config import ConfigError, RunConfig, StrategySpec, TaskConfig
 from esjax._src.specs.presets import MISSING_TASK, TaskTable, load_task
-from esjax._src.specs.version import __version__
 
 __all__ = ["Interrupted", "LostProcess", "RunSummary", "engine_for", "evolve", "resolve_config"]
 
 if TYPE_CHECKING:  # the engine imports evosax, which starts JAX's backend on import
     from esjax._src.engine.generation import Engine
-
-# Generations one compiled block scans; evaluation intervals longer than this take several.
-MAX_BLOCK = 50
+    from esjax._src.engine.trainer import Trainer
 
 
 # ---------------------------------------------------------------------------- resolving a run
-MAX_SEED = 2**31 - 1
-
-
 def resolve_config(
     task: str | Path | TaskConfig | TaskTable,
     *,
@@ -64,69 +51,23 @@ def resolve_config(
     seeds: int = 1,
     overrides: Sequence[str] = (),
 ) -> RunConfig:
-    """The resolved config of a new run (what ``config.json`` holds), before anything is written."""
-    overrides = list(overrides)
-    name, task_config, raw, source = load_task(task, overrides)
-    try:  # the files of the code it names, read once: what runs is what the run records
-        codefiles.capture([task_config])
+    """The resolved config of a new run (what ``config.json`` holds), before anything is written.
+
+    :func:`esjax._src.engine.resolve.resolve_task` decides it; here the files of the code the
+    task names are read once first, so what runs is what the run records.
+    """
+    loaded = load_task(task, list(overrides))
+    try:
+        codefiles.capture([loaded.task])
     except ConfigError as error:
-        raise ConfigError(f"{name}: {error}") from None
-    check_task(task_config, name)
-    if strategy is not None and not str(strategy).strip():
-        raise ConfigError("strategy: empty; a name from `esjax list`, or leave it out")
-    strategies = backend_modules().strategies
-    # The task's settings are for the strategy its file names (a --set strategy=... included
-    # in the task does not change whom they were written for).
-    own = str(raw.get("strategy", TaskConfig.strategy))
-    chosen = strategies.task_strategy(
-        task_config, source, strategy=strategy, own=own, overrides=overrides
-    )
-    spec = chosen.spec
-    check_finite(spec.settings, f"strategy {spec.name}: settings")
-    for label, value in (
-        ("generations", generations),
-        ("rollouts", rollouts),
-        ("popsize", popsize),
-    ):
-        if value is not None and (not isinstance(value, int) or value <= 0):
-            raise ConfigError(f"{label} must be a positive integer, got {value!r}")
-    if (popsize or task_config.popsize) is not None:
-        strategies.resolve_popsize(
-            spec, 1, popsize or task_config.popsize
-        )  # odd for a antithetic ES, ...
-    if not isinstance(seeds, int) or seeds <= 0:
-        raise ConfigError(f"seeds must be a positive integer, got {seeds!r}")
-    if not isinstance(seed, int) or seed < 0:
-        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
-    if seed + seeds - 1 > MAX_SEED:  # seeds are int32 in the run state and its keys
-        raise ConfigError(f"seeds {seed}..{seed + seeds - 1} go beyond the largest, {MAX_SEED}")
-    spec, run_generations, scaling = apply_popsize_rule(
-        task_config, spec, popsize, generations, chosen.explicit
-    )
-    num_dims = member_size(task_config, name)
-    if chosen.note:  # resolved: a command refused above says only why
-        warnings.warn(chosen.note, stacklevel=2)
-    return RunConfig(
-        task_name=name,
-        task=task_config,
-        strategy=spec,
-        popsize=strategies.resolve_popsize(spec, num_dims, popsize or task_config.popsize),
-        num_dims=num_dims,
-        rollouts=rollouts or _run_rollouts(task_config, spec, overrides),
-        generations=run_generations,
-        seed=seed,
-        seeds=seeds,
-        scaling=scaling,
-        overrides=tuple(overrides),
-        esjax_version=__version__,
-    )
-
-
-def _run_rollouts(task_config: TaskConfig, spec: StrategySpec, overrides: Sequence[str]) -> int:
-    """The task's rollouts times the strategy's multiplier, unless ``--set rollouts=`` gave them."""
-    if any(parse_override(o)[0] == ["rollouts"] for o in overrides):
-        return task_config.rollouts
-    return task_config.rollouts * spec.loop.rollouts_multiplier
+        raise ConfigError(f"{loaded.name}: {error}") from None
+    config, notes = backend_modules().resolve.resolve_task(
+        loaded, strategy=strategy, popsize=popsize, generations=generations,
+        rollouts=rollouts, seed=seed, seeds=seeds, overrides=overrides,
+    )  # fmt: skip
+    for note in notes:  # resolved: a command refused above says only why
+        warnings.warn(note, stacklevel=2)
+    return config
 
 
 def member_size(task: TaskConfig, source: str) -> int:
@@ -148,8 +89,8 @@ def complete_sizes(config: RunConfig) -> RunConfig:
 
 
 def engine_for(config: RunConfig) -> tuple[TaskConfig, Engine]:
-    """``(task, engine)`` for a resolved config, made by
-    :func:`esjax._src.engine.generation.make_engine`.
+    """``(task, engine)`` for a resolved config: the engine of its
+    :class:`~esjax._src.engine.trainer.Trainer` (:func:`trainer_for`).
 
     Engines are kept for the life of the process (a few at most), so evolving, resuming or
     re-running the same configuration does not compile it again.
@@ -175,11 +116,7 @@ def clear_engine_cache() -> None:
 
 def _strategy_spec(config: RunConfig) -> StrategySpec:
     """The run's strategy with settings esjax added since the run was made at their defaults."""
-    spec = config.strategy
-    strategies = backend_modules().strategies
-    layers = [(spec.settings, "config")]
-    settings = strategies.resolve_settings(spec.algorithm, layers, stored=True)
-    return dataclasses.replace(spec, settings=settings)
+    return backend_modules().trainer.completed_spec(config)
 
 
 def check_memory(config: RunConfig) -> None:
@@ -220,10 +157,13 @@ def program_key(config: RunConfig) -> dict[str, Any] | None:
 
     Later processes with this config read its programs back instead of tracing them again. A
     user's env and policy (named as code) are part of the key by their source, so edited code
-    is traced again; code whose source cannot be read is never kept.
+    is traced again; code whose source cannot be read, and objects handed over from Python
+    (live names, which no later process shares), are never kept.
     """
     key = config.program()
     sources = {"env_source": config.task.env, "policy_source": config.task.policy.kind}
+    if any(live.is_live(name) for name in sources.values()):
+        return None
     for field, name in sources.items():
         source = code_digest(name)
         if source == UNREADABLE_CODE:
@@ -233,36 +173,20 @@ def program_key(config: RunConfig) -> dict[str, Any] | None:
     return key
 
 
-def _make_engine(config: RunConfig) -> Engine:
-    engines, _, strategies = backend_modules()
-    task = config.task
-    spec = _strategy_spec(config)
+def trainer_for(config: RunConfig) -> Trainer:
+    """The trainer a resolved config describes: what a run drives (its engine), the cache of
+    traced settings on disk (:func:`esjax._src.run.cache.remembered`) behind it."""
     check_memory(config)  # building the engine allocates a member's parameters
-    # Training and evaluation episodes differ only in their keys, so one rollout serves both.
-    # The engine's own: a caller may change an engine's rollout (a pinned chunk size), and no
-    # other engine or sizing may see that.
-    rollout = make_rollout(task, source=config.task_name)
-    # A reward shift makes training returns differ from the env's, so training gets its own.
-    train_rollout = (
-        make_rollout(task, source=config.task_name, reward_shift=task.reward_shift)
-        if task.reward_shift
-        else rollout
-    )
-    engine = engines.make_engine(
-        train_rollout,
-        rollout,
-        lambda n: strategies.build_strategy(spec, n, config.popsize),
-        rollouts=config.rollouts,
-        block=min(task.evaluation.every, MAX_BLOCK),
-        eval_episodes=task.evaluation.episodes,
-        normalize_obs=task.normalize_obs,
-        remember=remembered,
-    )
+    return backend_modules().trainer.Trainer.from_config(config, remember=remembered)
+
+
+def _make_engine(config: RunConfig) -> Engine:
+    engine = trainer_for(config).engine
     key = program_key(config)
     if key is not None:
         engine = keep_programs(engine, key)
     steps = config.rollouts * engine.rollout.episode_length
-    hint = strategies.strategy_cost_hint(engine.strategy, steps)
+    hint = backend_modules().strategies.strategy_cost_hint(engine.strategy, steps)
     if hint:
         warnings.warn(hint, stacklevel=4)
     return engine
@@ -280,7 +204,7 @@ def _default_run_dir(config: RunConfig) -> Path:
 
 # ---------------------------------------------------------------------------- one run
 def evolve(
-    task: str | Path | TaskConfig | None,
+    task: str | Path | TaskConfig | Trainer | None,
     *,
     strategy: str | None = None,
     popsize: int | None = None,
@@ -307,35 +231,50 @@ def evolve(
     run after the block in flight with a checkpoint and raises :class:`Interrupted`. A resumed
     run's code (a ``module:factory`` env) is imported only if this user made the run, or with
     ``trust_code`` (:mod:`esjax._src.run.trust`).
+
+    ``task`` may be a :class:`esjax.Trainer`: the run is that trainer's, with every guarantee a
+    run has (metrics, checkpoints, signals, resume to the same numbers). A resume with a
+    trainer whose structure differs from the run's (env, network, strategy, sizes) is refused
+    in one line; an env or network handed over as an object is named as such in
+    ``config.json`` (:mod:`esjax._src.specs.live`).
     """
     if block is not None and (not isinstance(block, int) or block <= 0):
         raise ConfigError(f"block must be a positive integer, got {block!r}")
+    trainer = _as_trainer(task, strategy=strategy, popsize=popsize, rollouts=rollouts,
+                          overrides=overrides)  # fmt: skip
     writer = jax.process_index() == 0  # only process 0 of a multi-process run writes files
     if resume:
         if out is None:
             raise ConfigError("resume needs the run directory (out=...)")
         given = (task, strategy, popsize, rollouts, seed, seeds, overrides)
+        prepare = (
+            functools.partial(_prepare_trainer_resume, trainer=trainer, seed=seed, seeds=seeds)
+            if trainer is not None
+            else lambda config: _prepare_resume(config, *given)
+        )
         run = Run.reopen(out, generations=generations, writer=writer, trust_code=trust_code,
-                         prepare=lambda config: _prepare_resume(config, *given))  # fmt: skip
+                         prepare=prepare)  # fmt: skip
     else:
         if task is None:
             raise ConfigError(MISSING_TASK)
-        config = resolve_config(
-            task,
-            strategy=strategy,
-            popsize=popsize,
-            generations=generations,
-            rollouts=rollouts,
-            seed=seed,
-            seeds=seeds,
-            overrides=overrides,
-        )
+        config = (
+            _trainer_config(trainer, generations, seed, seeds)
+            if trainer is not None
+            else resolve_config(
+                cast("str | Path | TaskConfig", task), strategy=strategy, popsize=popsize,
+                generations=generations, rollouts=rollouts, seed=seed, seeds=seeds,
+                overrides=overrides,
+            )
+        )  # fmt: skip
         check_memory(config)  # before the run directory exists
         out = out if out is not None else _default_run_dir(config)
         run = Run.create(out, config, overwrite=overwrite, writer=writer)
 
     with run:
-        _, engine = engine_for(run.config)
+        engine = (
+            _trainer_engine(trainer, run.config) if trainer is not None
+            else engine_for(run.config)[1]
+        )  # fmt: skip
         run.begin(engine)
         drive(
             engine,
@@ -347,6 +286,96 @@ def evolve(
             reports=[on_progress],
         )
         return run.finish()
+
+
+def _as_trainer(task: Any, **given: Any) -> Trainer | None:
+    """``task`` if it is a trainer (which then takes none of the task's other arguments)."""
+    if task is None or isinstance(task, str | Path | TaskConfig | TaskTable):
+        return None
+    trainer_type = backend_modules().trainer.Trainer
+    if not isinstance(task, trainer_type):
+        raise ConfigError(
+            f"task: a {type(task).__name__} is not a task; give a preset name, a TOML file or "
+            "an esjax.Trainer"
+        )
+    named = [name for name, value in given.items() if value not in (None, ())]
+    if named:
+        raise ConfigError(f"{named[0]}: a trainer's own; give it to esjax.Trainer(...)")
+    return task
+
+
+def _trainer_config(trainer: Trainer, generations: int | None, seed: int, seeds: int) -> RunConfig:
+    """A trainer's config for a new run of ``seeds`` seeds from ``seed``."""
+    resolve = backend_modules().resolve
+    resolve.check_counts(generations=generations)
+    resolve.check_seeds(seed, seeds)
+    config = trainer.config
+    return dataclasses.replace(
+        config, generations=generations or config.generations, seed=seed, seeds=seeds
+    )
+
+
+def _trainer_engine(trainer: Trainer, config: RunConfig) -> Engine:
+    """The trainer's own engine for its run (kept on disk as a run's would be): its programs,
+    its callback, and no second build."""
+    kept = program_key(config)
+    return keep_programs(trainer.engine, kept) if kept is not None else trainer.engine
+
+
+def _prepare_trainer_resume(
+    config: RunConfig, *, trainer: Trainer, seed: int, seeds: int
+) -> RunConfig:
+    """The run's config, resumed by ``trainer``: refused in one line where they differ in
+    anything but the run's length; the trainer's objects stand for the run's live names."""
+    config = complete_sizes(config)
+    if seeds not in (1, config.seeds):
+        raise ConfigError(f"cannot change seeds on resume (run has {config.seeds})")
+    if seed not in (0, config.seed):
+        raise ConfigError(f"cannot change seed on resume (run has {config.seed})")
+    difference = first_difference(_structure(config), _structure(trainer.config))
+    if difference is not None:
+        where, stored, given = difference
+        raise ConfigError(
+            f"this run was made by another trainer: its {where} is {stored!r}, this "
+            f"trainer's {given!r}; resume it with the trainer that made it"
+        )
+    for stored_name, given_name in (
+        (config.task.env, trainer.config.task.env),
+        (config.task.policy.kind, trainer.config.task.policy.kind),
+    ):
+        if live.is_live(stored_name):
+            live.bind(stored_name, live.lookup(given_name))
+    return config
+
+
+def _structure(config: RunConfig) -> dict[str, Any]:
+    """What a run's state and programs depend on, live objects by what they are (their class)
+    rather than by the name this process gave them, and without the run's length."""
+    program = config.program()  # what the objects are first, then sizes, then settings
+    order = ("task", "popsize", "rollouts", "strategy", "loop")
+    data = {**{key: program[key] for key in order if key in program}, **program}
+    data["num_dims"] = config.num_dims
+    task = dict(data["task"])
+    task.pop("generations", None)
+    if live.is_live(task["env"]):
+        task["env"] = live.label(task["env"])
+    policy = dict(task["policy"])
+    if live.is_live(policy["kind"]):
+        policy["kind"] = live.label(policy["kind"])
+    data["task"] = {**task, "policy": policy}
+    return data
+
+
+def first_difference(a: Any, b: Any, where: str = "") -> tuple[str, Any, Any] | None:
+    """``(path, a's value, b's value)`` of the first place two JSON-like values differ, in
+    ``a``'s order of keys."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in [*a, *(key for key in b if key not in a)]:
+            found = first_difference(a.get(key), b.get(key), f"{where}.{key}" if where else key)
+            if found is not None:
+                return found
+        return None
+    return None if a == b else (where, a, b)
 
 
 def _prepare_resume(

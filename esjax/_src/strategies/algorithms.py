@@ -110,6 +110,24 @@ class AlgorithmInfo:
     takes_std_schedule: bool
 
 
+def register(cls: type, name: str | None = None) -> str:
+    """Add an algorithm class with evosax's API (``init``, ``ask``, ``tell``,
+    ``default_params``) to the registry, under ``name`` (default: its class name); the name
+    then works wherever a strategy is named (``--strategy``, ``esjax.Trainer``). Returns it."""
+    name = name or cls.__name__
+    if not isinstance(cls, type) or not all(callable(getattr(cls, m, None))
+                                            for m in ("init", "ask", "tell")):  # fmt: skip
+        raise ConfigError(
+            f"strategy {name!r}: a {type(cls).__name__} is not an algorithm class with "
+            "evosax's API (init, ask, tell, default_params)"
+        )
+    if REGISTRY.get(name, cls) is not cls:
+        raise ConfigError(f"strategy {name!r} is registered already, as another class")
+    REGISTRY[name] = cls
+    info.cache_clear()
+    return name
+
+
 def canonical_name(name: str) -> str | None:
     """The registry key ``name`` spells, case-insensitively, or ``None``."""
     by_lower = {key.lower(): key for key in REGISTRY}
