@@ -214,3 +214,32 @@ def test_readme_command_runs(args, workdir, monkeypatch):
     assert code == 0, f"{shlex.join(command)}\n{output}"
     if "--out" in command:
         assert (workdir / command[command.index("--out") + 1]).exists(), output
+
+
+# ---------------------------------------------------------------------------- the Python tier
+PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
+# The sizes README's Python examples give, lowered for the test: the one rule, the code as written.
+PYTHON_SIZES = {"popsize": 16, "generations": 2}
+
+
+def trainer_example(text: str) -> str:
+    """README's first Python block: a user's env object and flax module, trained from Python."""
+    blocks = PYTHON_BLOCK.findall(text.split("### Python API", 1)[1])
+    assert blocks and "esjax.Trainer(" in blocks[0], "README's Python API lost its Trainer"
+    return blocks[0]
+
+
+def test_readmes_trainer_example_runs_as_written_and_writes_no_file(tmp_path, monkeypatch):
+    """At most 12 lines, no file written (the working directory stays empty), every seed
+    trained: only its popsize and generations are lowered."""
+    code = trainer_example(README.read_text())
+    assert len(code.strip().splitlines()) <= 12
+    for name, value in PYTHON_SIZES.items():
+        code, count = re.subn(rf"\b{name}=\d+", f"{name}={value}", code)
+        assert count == 1, f"README's Trainer example gives no {name}="
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    assert namespace["metrics"]["fitness_mean"].shape == (4, PYTHON_SIZES["generations"])
+    assert namespace["trainer"].config.task.env == "Pendulum-v1"  # gymnax's env, by its id
+    assert list(tmp_path.iterdir()) == []
