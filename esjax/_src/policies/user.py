@@ -312,7 +312,7 @@ def _recurrent(
 ) -> bool:
     """Whether ``module`` is recurrent: it has ``initial_carry`` (``has_carry``: what stands
     for it) and its call takes ``(carry, x)``; one of the two without the other is refused."""
-    positional = _required(call)[(0 if bound else 1) :]
+    positional = _positional(call, required=True)[(0 if bound else 1) :]
     takes = len(positional)
     if has_carry is None:
         has_carry = callable(getattr(module, "initial_carry", None))
@@ -336,24 +336,16 @@ def _recurrent(
     return has_carry
 
 
-def _positional(fn: Callable[..., Any]) -> list[str]:
-    """``fn``'s positional parameters (a ``*args`` counts as none: -1 positions known)."""
+def _positional(fn: Callable[..., Any], required: bool = False) -> list[str]:
+    """``fn``'s positional parameters (a ``*args`` counts as none); ``required``: only those
+    without a default, what a call must pass it."""
     try:
         parameters = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
         return []
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return [p.name for p in parameters if p.kind in kinds]
-
-
-def _required(fn: Callable[..., Any]) -> list[str]:
-    """``fn``'s positional parameters without a default: what a call must pass it."""
-    try:
-        parameters = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return []
-    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return [p.name for p in parameters if p.kind in kinds and p.default is p.empty]
+    return [p.name for p in parameters
+            if p.kind in kinds and not (required and p.default is not p.empty)]  # fmt: skip
 
 
 def _parameters(factory: Callable[..., Any]) -> set[str]:
