@@ -821,3 +821,83 @@ def test_the_repros_from_the_console_script(made_sweep, tmp_path):
     (run / trust.SEAL).write_bytes(b"\xff" * 64)
     assert_clean_error(script("eval", run, cwd=tmp_path), "--trust-code")
     assert not marker.exists()
+
+
+# ---------------------------------------------------------------------------- issue 76: all of a
+# run's code sealed, every file of a run checked where it is read, work bounded by the run's own
+# shapes, foreign text shown as text; each case from the console script.
+
+ANSI = "\x1b[31mred\x1b[0m\x1b]0;a new title\x07"
+
+
+def assert_shown_as_text(output: str) -> None:
+    assert "\x1b" not in output and "\x07" not in output, repr(output)
+    assert "\\x1b[31mred" in output and "\\x1b]0;a new title\\x07" in output, output
+
+
+def test_foreign_text_reaches_neither_the_terminal_nor_a_spreadsheet_raw(made_sweep, run, tmp_path):
+    """Case 5: an ANSI colour and an OSC title in a sweep's configuration, a formula as a
+    metrics key, and a solved_return no axis can hold."""
+    import csv
+
+    from test_cli import esjax as script
+
+    from esjax._src.analysis import plotting
+
+    sweep_dir = tmp_path / "sweep"
+    shutil.copytree(made_sweep, sweep_dir, symlinks=True)
+    record = json.loads((sweep_dir / "sweep.json").read_text())
+    record["configurations"][0]["overrides"] = [f"strategy_settings.learning_rate=0.05{ANSI}"]
+    (sweep_dir / "sweep.json").write_text(json.dumps(record))
+    done = script("report", sweep_dir, "--out", tmp_path / "r", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert_shown_as_text(done.stdout + done.stderr)
+    assert_shown_as_text((tmp_path / "r" / "report.md").read_text())
+    rows = [json.loads(line) for line in (run / runs.METRICS).read_text().splitlines()]
+    rows[0]['=HYPERLINK("http://example.com","open")'] = 1.0
+    (run / runs.METRICS).write_text("".join(json.dumps(row) + "\n" for row in rows))
+    done = script("export", run, "--csv", "--out", "-", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    table = list(csv.reader(io.StringIO(done.stdout)))
+    assert '\'=HYPERLINK("http://example.com","open")' in table[0]
+    for cell in (cell for row in table for cell in row):
+        assert not cell.startswith(("=", "+", "@", "\t", "\r")), cell
+        assert not cell.startswith("-") or float(cell) < 0, cell  # a negative number only
+    edit_config(run, solved_return=1e308)
+    done = script("plot", run, cwd=tmp_path)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    figure = plotting._fitness_figure(plotting.group_runs([run]), "generations", None, 1e308)
+    assert all(max(map(abs, ax.get_ylim())) < 1e6 for ax in figure.axes)  # the curves' scale
+    rows[0]["fitness_mean"], rows[0]["fitness_best"] = 1e308, -1e308  # no axis holds these
+    (run / runs.METRICS).write_text("".join(json.dumps(row) + "\n" for row in rows))
+    code, output = cli("plot", run)
+    assert_one_line(code, output, "fitness.png: cannot draw these numbers")
+
+
+def test_esjax_list_shows_a_task_files_description_as_text(tmp_path):
+    """Case 5: a task preset whose description holds an ANSI colour and an OSC title, listed
+    by a copy of esjax whose task folder holds it."""
+    from test_cli import REPO
+    from test_cli import esjax as script
+
+    copy = tmp_path / "copy"
+    shutil.copytree(REPO / "esjax", copy / "esjax", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "strategies", copy / "strategies")
+    (copy / "tasks").mkdir()
+    (copy / "tasks" / "crafted.toml").write_text(
+        f'description = {json.dumps(ANSI)}\nenv = "CartPole-v1"\n'  # TOML reads JSON's escapes
+    )
+    done = script("list", cwd=tmp_path, extra_path=str(copy))
+    assert done.returncode == 0, done.stderr
+    assert "crafted" in done.stdout
+    assert_shown_as_text(done.stdout + done.stderr)
+
+
+def test_a_library_warning_is_one_line(capsys):
+    """Case 5: another library's warning, as the console script shows every warning."""
+    from esjax._src.cli import terminal
+
+    warning = RuntimeWarning("overflow encountered in multiply\n  steps = self._steps * scale")
+    terminal.show_warning(warning, RuntimeWarning, "/x/site-packages/matplotlib/ticker.py", 2247)
+    shown = capsys.readouterr().err.strip().splitlines()
+    assert shown == ["warning: RuntimeWarning in matplotlib: overflow encountered in multiply"]

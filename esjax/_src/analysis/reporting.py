@@ -35,6 +35,7 @@ from esjax._src.run.files import atomic_write, save_figure
 from esjax._src.run.lifecycle import backend_modules
 from esjax._src.specs.config import ConfigError, RunConfig, changed_keys
 from esjax._src.specs.digits import decimals
+from esjax._src.specs.foreign import visible
 from esjax._src.specs.stats import (
     Statistic,
     fraction_at_or_above,
@@ -540,7 +541,8 @@ def _returns(task: dict[str, Any]) -> str:
 
 
 def markdown(record: dict[str, Any]) -> str:
-    """The report as Markdown tables a README or paper can paste."""
+    """The report as Markdown tables a README or paper can paste; labels, tasks and notes,
+    text from the runs' and sweeps' files, shown as the characters they hold."""
     confidence = f"{record['method']['confidence']:.0%}"
     lines = [
         f"| configuration | task | seeds | solved | success rate [{confidence} Wilson] "
@@ -555,7 +557,8 @@ def markdown(record: dict[str, Any]) -> str:
                 low, high = t["success_interval"]
                 rate = f"{_num(t['success_rate'])} [{_num(low)}, {_num(high)}]"
             lines.append(
-                f"| {entry['label']} | {task} | {t['seeds']} | {solved} | {rate} | {_returns(t)} |"
+                f"| {visible(entry['label'])} | {visible(task)} | {t['seeds']} | {solved} | {rate} "
+                f"| {_returns(t)} |"
             )
     aggregated = [e for e in record["configurations"] if e["aggregate"] is not None]
     if aggregated:
@@ -568,12 +571,13 @@ def markdown(record: dict[str, Any]) -> str:
         for entry in aggregated:
             a = entry["aggregate"]
             lines.append(
-                f"| {entry['label']} | {', '.join(a['tasks'])} | {a['seeds']} "
+                f"| {visible(entry['label'])} | {visible(', '.join(a['tasks']))} | {a['seeds']} "
                 f"| {_ci(a['iqm'])} | {_ci(a['mean'])} |"
             )
     poi = record["probability_of_improvement"]
     if poi is not None:
-        lines += ["", f"P({poi['x']} > {poi['y']}) = {_ci(poi)} ({confidence} interval)"]
+        shown = f"P({poi['x']} > {poi['y']})"
+        lines += ["", f"{visible(shown)} = {_ci(poi)} ({confidence} interval)"]
     if "figure" in record.get("files", {}):
         lines += ["", f"![performance profiles]({Path(record['files']['figure']).name})"]
     method = record["method"]
@@ -584,5 +588,5 @@ def markdown(record: dict[str, Any]) -> str:
         f"esjax._src.specs.stats on NumPy), {method['reps']} resamples, "
         f"random state {method['random_state']}.",
     ]
-    lines += [f"Note: {note}." for note in record["notes"]]
+    lines += [f"Note: {visible(note)}." for note in record["notes"]]
     return "\n".join(lines) + "\n"
