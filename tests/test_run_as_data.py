@@ -827,6 +827,25 @@ def test_the_repros_from_the_console_script(made_sweep, tmp_path):
 # run's code sealed, every file of a run checked where it is read, work bounded by the run's own
 # shapes, foreign text shown as text; each case from the console script.
 
+
+def test_env_params_the_env_cannot_simulate_or_draw_are_one_line_for_every_command(run, tmp_path):
+    """Case 3: a config.json's env_params go through the guard --param goes through, for
+    every command that reads the run; --set refuses the same value before a run exists."""
+    from test_cli import assert_clean_error
+    from test_cli import esjax as script
+
+    edit_config(run, env_params={"masspole": -5})
+    rendered = script("render", run, "--steps", "3", cwd=tmp_path)
+    assert_clean_error(rendered, "env_params: masspole = -5", "cannot simulate or draw it")
+    for args in (["eval", run], ["report", run, "--out", tmp_path / "r"], ["plot", run],
+                 ["evolve", "--resume", "--out", run, "--generations", "3"]):  # fmt: skip
+        assert_one_line(*cli(*args), "masspole = -5")
+    out = tmp_path / "new"
+    code, output = cli("evolve", "cartpole", "--set", "env_params.masspole=-5", "--out", out)
+    assert_one_line(code, output, "masspole = -5", "cannot simulate or draw it")
+    assert not out.exists()
+
+
 ANSI = "\x1b[31mred\x1b[0m\x1b]0;a new title\x07"
 
 
