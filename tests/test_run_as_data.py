@@ -846,6 +846,43 @@ def test_env_params_the_env_cannot_simulate_or_draw_are_one_line_for_every_comma
     assert not out.exists()
 
 
+def test_a_report_of_a_run_claiming_more_seeds_than_its_policies_hold_is_one_line(run, tmp_path):
+    """Case 4: config.json claims 500,000 seeds and summary.json holds as many returns (5 MB);
+    the run's final policy holds one, and the report says so at once."""
+    import time
+
+    from test_cli import assert_clean_error
+    from test_cli import esjax as script
+
+    config = json.loads((run / runs.CONFIG).read_text())
+    config["seeds"] = 500_000
+    (run / runs.CONFIG).write_text(json.dumps(config))
+    summary = json.loads((run / runs.SUMMARY).read_text())
+    for key, value in list(summary.items()):
+        if key.endswith("_per_seed"):
+            summary[key] = value[:1] * 500_000
+    (run / runs.SUMMARY).write_text(json.dumps(summary))
+    start = time.perf_counter()
+    done = script("report", run, "--out", tmp_path / "r", cwd=tmp_path)
+    print(f"report of the 500,000-seed claim: {time.perf_counter() - start:.1f} s")
+    assert_clean_error(done, "says 500,000 seeds, its final policy holds 1")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_cell_of_more_seeds_than_a_report_resamples_is_capped_with_a_note(monkeypatch):
+    from esjax._src.analysis import reporting
+
+    monkeypatch.setattr(reporting, "MAX_SEEDS", 4)
+    returns = tuple(float(i) for i in range(10))
+    cell = reporting.Cell("cartpole", "CartPole-v1", ("run",), tuple(range(10)), returns,
+                          (True,) * 10, 5.0, 0.0, 4, "{}")  # fmt: skip
+    notes: list[str] = []
+    capped = reporting._capped({"open_es": {"cartpole": cell}}, notes)["open_es"]["cartpole"]
+    assert capped.returns == (0.0, 1.0, 2.0, 3.0) and capped.seed_ids == (0, 1, 2, 3)
+    assert capped.solved == (True,) * 4
+    assert notes == ["open_es on cartpole: 10 seeds; the report uses the first 4"]
+
+
 ANSI = "\x1b[31mred\x1b[0m\x1b]0;a new title\x07"
 
 

@@ -21,6 +21,7 @@ the same report, and a configuration's intervals do not depend on which others a
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -52,6 +53,10 @@ REPORT_JSON, REPORT_MD, REPORT_PNG = runs.REPORT_JSON, runs.REPORT_MD, runs.REPO
 REPS = 2000
 CONFIDENCE = 0.95
 PROFILE_POINTS = 81  # thresholds on the performance profiles' x axis
+# The most seeds of one configuration on one task a report resamples: its statistics take a
+# few seconds there, and a cell of more (pooled runs, or a run of that many) is reported on its
+# first seeds, with a note saying so.
+MAX_SEEDS = 2048
 
 
 @dataclass(frozen=True)
@@ -226,6 +231,7 @@ def read_cell(run_dir: Path) -> Cell:
             f"{run_dir}: the run has not finished (no {runs.SUMMARY}); "
             f"finish it with `esjax evolve --resume --out {run_dir}`"
         )
+    _check_seeds_held(run_dir, config)
     summary = runs.read_summary(run_dir)
     if not isinstance(summary, dict):
         raise ConfigError(f"{run_dir / runs.SUMMARY}: not a run summary")
@@ -253,6 +259,19 @@ def read_cell(run_dir: Path) -> Cell:
         test_episodes=config.task.test_episodes,
         identity=_identity(config, summary.get("generations", config.generations)),
     )
+
+
+def _check_seeds_held(run_dir: Path, config: RunConfig) -> None:
+    """The seeds config.json claims are the seeds the run's final policy holds: what a report
+    iterates over is bounded by the run's own arrays (a run without that file, which esjax
+    never leaves, by :data:`MAX_SEEDS` alone)."""
+    if not os.path.lexists(run_dir / runs.POLICIES["final"]):
+        return
+    held = runs.policy_seed_count(run_dir, config)
+    if held != config.seeds:
+        raise ConfigError(
+            f"{run_dir}: {runs.CONFIG} says {config.seeds:,} seeds, its final policy holds {held:,}"
+        )
 
 
 def _check_per_seed(run_dir: Path, returns: object, verdicts: object) -> None:
@@ -423,6 +442,7 @@ def report(
     table = collect(paths)
     floors = task_floors(table)
     notes: list[str] = []
+    table = _capped(table, notes)
     configurations, matrices = [], {}
     for label, cells in table.items():
         tasks = {t: _task_entry(cell, floors[t], reps, seed) for t, cell in cells.items()}
@@ -442,6 +462,25 @@ def report(
         "notes": notes,
     }
     return write(record, _out_dir(paths, out))
+
+
+def _capped(table: dict[str, dict[str, Cell]], notes: list[str]) -> dict[str, dict[str, Cell]]:
+    """Each cell's first :data:`MAX_SEEDS` seeds, and a note for each cell that had more."""
+    capped: dict[str, dict[str, Cell]] = {}
+    for label, cells in table.items():
+        capped[label] = {}
+        for task, cell in cells.items():
+            if len(cell.returns) > MAX_SEEDS:
+                notes.append(f"{label} on {task}: {len(cell.returns):,} seeds; the report uses "
+                             f"the first {MAX_SEEDS:,}")  # fmt: skip
+                cell = replace(
+                    cell,
+                    seed_ids=cell.seed_ids[:MAX_SEEDS],
+                    returns=cell.returns[:MAX_SEEDS],
+                    solved=None if cell.solved is None else cell.solved[:MAX_SEEDS],
+                )
+            capped[label][task] = cell
+    return capped
 
 
 def _method(reps: int, seed: int) -> dict[str, Any]:
