@@ -620,10 +620,16 @@ def fresh_process(*modules: str, folders: tuple[Path, ...] = ()) -> None:
     each run's), and none of their folders on the import path."""
     from esjax._src.engine.tasks import forget_shared_rollouts
     from esjax._src.envs import usercode
-    from esjax._src.run import training
+    from esjax._src.run import imports, training
 
     usercode._PROVIDED.clear()
     usercode._LOADED.clear()
+    usercode._SEALED.clear()
+    for name in list(imports._LOADED):  # the helpers the code imported, sealed
+        sys.modules.pop(name, None)
+    for table in (imports._ROOTS, imports._LOADED, imports._EXPECTED, imports._EXPECTED_BY,
+                  imports._IMPORTED_BY, imports._SOURCE_OF):  # fmt: skip
+        table.clear()
     forget_shared_rollouts()  # rollouts hold the envs their code made
     training._ENGINES.clear()
     for name in modules:
@@ -826,6 +832,154 @@ def test_the_repros_from_the_console_script(made_sweep, tmp_path):
 # ---------------------------------------------------------------------------- issue 76: all of a
 # run's code sealed, every file of a run checked where it is read, work bounded by the run's own
 # shapes, foreign text shown as text; each case from the console script.
+
+HELPED = """
+import os
+
+import gymnax
+import hbeside
+from hpkg import core
+
+
+def make(**kwargs):
+    if os.environ.get("ESJAX_TEST_EXTRA"):  # an import its run did not see when it was sealed
+        import hpkg.extra
+    core.hello()
+    return gymnax.make("CartPole-v1")
+"""
+HELPED_MODULES = ("helped_env", "hpkg", "hpkg.core", "hpkg.extra", "hbeside")
+
+
+@pytest.fixture(scope="module")
+def made_helped(tmp_path_factory):
+    """``(run, project folder)``: a run of ``helped_env``, whose module imports a package of
+    helpers beside it (``hpkg``) and a module beside it (``hbeside``)."""
+    project = tmp_path_factory.mktemp("helped")
+    (project / "helped_env.py").write_text(HELPED)
+    (project / "hbeside.py").write_text("X = 1\n")
+    (project / "hpkg").mkdir()
+    (project / "hpkg" / "__init__.py").write_text('"""Helpers."""\n')
+    (project / "hpkg" / "core.py").write_text("def hello():\n    return 1\n")
+    (project / "hpkg" / "extra.py").write_text("Y = 2\n")
+    (project / "helped.toml").write_text('env = "helped_env:make"\nepisode_length = 16\n'
+                                         "test_episodes = 4\n")  # fmt: skip
+    out = tmp_path_factory.mktemp("helped-run") / "run"
+    with contextlib.chdir(project):
+        evolve("helped.toml", generations=1, popsize=8, out=out)
+    fresh_process(*HELPED_MODULES, folders=(project,))
+    return out, project
+
+
+def marker_code(marker: Path) -> str:
+    return f"\nimport pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n"
+
+
+def test_a_helper_in_a_package_beside_the_code_is_sealed_with_it(made_helped, tmp_path):
+    """Case 1: the run recorded the modules its code imported; code appended to one in a
+    package beside the recorded file is one line naming that file, and runs nowhere."""
+    from test_cli import assert_clean_error
+    from test_cli import esjax as script
+
+    run, project = made_helped
+    imported = json.loads((run / "code.json").read_text())["code"]["helped_env"]["imports"]
+    assert sorted(imported) == ["hbeside", "hpkg", "hpkg.core"]
+    core, marker = project / "hpkg" / "core.py", tmp_path / "ran"
+    original = core.read_text()
+    try:
+        core.write_text(original + marker_code(marker))
+        failed = script("eval", run, "--episodes", "2", cwd=tmp_path)
+        assert_clean_error(failed, f"{core.resolve()} has changed", "--trust-code")
+        assert not marker.exists()
+    finally:
+        core.write_text(original)
+    done = script("eval", run, "--episodes", "2", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_module_the_code_did_not_import_when_sealed_is_refused(
+    made_helped, tmp_path, monkeypatch
+):
+    """What the sealed code imports beyond its records (here, a branch an environment
+    variable takes) is refused in one line, not run."""
+    run, project = made_helped
+    monkeypatch.setenv("ESJAX_TEST_EXTRA", "1")
+    monkeypatch.chdir(tmp_path)
+    fresh_process(*HELPED_MODULES, folders=(project,))
+    try:
+        code, output = cli("eval", run, "--episodes", "2")
+        assert_one_line(code, output, str((project / "hpkg" / "extra.py").resolve()),
+                        "did not record it")  # fmt: skip
+        assert "hpkg.extra" not in sys.modules
+    finally:
+        fresh_process(*HELPED_MODULES, folders=(project,))
+
+
+def test_a_run_sealed_before_imports_were_recorded_reads_back_and_its_resume_records_them(
+    made_helped, tmp_path, monkeypatch
+):
+    """An older run's code.json has no imports: it evaluates as it did, a reader writes
+    nothing, and its first resume records what its code imports."""
+    from esjax._src.run import codefiles
+
+    run, project = tmp_path / "run", made_helped[1]
+    shutil.copytree(made_helped[0], run, symlinks=True)
+    document = json.loads((run / "code.json").read_text())
+    del document["code"]["helped_env"]["imports"]
+    (run / "code.json").write_text(json.dumps(document))
+    records = codefiles.read_records(run)
+    trust.seal(run, "run", trust.run_code(runs.read_run_config(run).task, records))  # as before
+    monkeypatch.chdir(tmp_path)
+    fresh_process(*HELPED_MODULES, folders=(project,))
+    code, output = cli("eval", run, "--episodes", "2")
+    assert code == 0, output
+    assert "imports" not in json.loads((run / "code.json").read_text())["code"]["helped_env"]
+    fresh_process(*HELPED_MODULES, folders=(project,))
+    code, output = cli("evolve", "--resume", "--out", run, "--generations", "2")
+    assert code == 0, output
+    imported = json.loads((run / "code.json").read_text())["code"]["helped_env"]["imports"]
+    assert sorted(imported) == ["hbeside", "hpkg", "hpkg.core"]
+    fresh_process(*HELPED_MODULES, folders=(project,))
+
+
+def plant_pyc(source: Path, marker: Path) -> Path:
+    """A ``__pycache__`` entry for ``source`` whose header carries its size and time, as
+    Python checks them, holding the source's code plus a line that writes ``marker``."""
+    import importlib.util
+    import marshal
+    import struct
+
+    info = source.stat()
+    code = compile(source.read_text() + marker_code(marker), str(source), "exec")
+    header = struct.pack("<III", 0, int(info.st_mtime) & 0xFFFFFFFF, info.st_size & 0xFFFFFFFF)
+    cached = Path(importlib.util.cache_from_source(str(source)))
+    cached.parent.mkdir(exist_ok=True)
+    cached.write_bytes(importlib.util.MAGIC_NUMBER + header + marshal.dumps(code))
+    return cached
+
+
+def test_a_planted_pycache_of_recorded_code_never_runs(made_helped, tmp_path):
+    """Case 2: a .pyc beside unchanged recorded sources, which Python itself would run; the
+    run's code runs from the sources it checked."""
+    import subprocess
+
+    from test_cli import cli_env
+    from test_cli import esjax as script
+
+    run, project = made_helped
+    marker = tmp_path / "ran"
+    names = ("helped_env.py", "hbeside.py", "hpkg/__init__.py", "hpkg/core.py")
+    planted = [plant_pyc(project / name, marker) for name in names]
+    try:
+        python = subprocess.run([sys.executable, "-c", "import hbeside"], cwd=project,
+                                env=cli_env(), capture_output=True, text=True)  # fmt: skip
+        assert python.returncode == 0 and marker.exists(), python.stderr  # the .pyc is live
+        marker.unlink()
+        done = script("eval", run, "--episodes", "2", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert not marker.exists()
+    finally:
+        for path in planted:
+            path.unlink()
 
 
 def test_env_params_the_env_cannot_simulate_or_draw_are_one_line_for_every_command(run, tmp_path):

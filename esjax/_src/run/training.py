@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
+from esjax._src.engine import preflight
 from esjax._src.engine.tasks import check_task, forget_shared_rollouts, make_rollout, shared_rollout
 from esjax._src.run import codefiles, memory
 from esjax._src.run.cache import UNREADABLE_CODE, code_digest, remembered
@@ -50,6 +51,24 @@ MAX_BLOCK = 50
 
 
 # ---------------------------------------------------------------------------- resolving a run
+def capture_code(task: TaskConfig, name: str) -> None:
+    """Read the files of the code ``task`` names, once, and make those bytes what runs, with
+    what they import recorded as it is imported: what runs is what the run records
+    (:func:`esjax._src.run.codefiles.capture`)."""
+    try:
+        codefiles.capture([task])
+    except ConfigError as error:
+        raise ConfigError(f"{name}: {error}") from None
+
+
+def checked_start(
+    task: str | Path | None, overrides: Sequence[str] = (), **options: Any
+) -> TaskConfig | None:
+    """:func:`esjax._src.engine.preflight.checked_start`, with the task's code read and
+    provided by :func:`capture_code` before the check makes its env."""
+    return preflight.checked_start(task, overrides, prepare=capture_code, **options)
+
+
 MAX_SEED = 2**31 - 1
 
 
@@ -67,10 +86,7 @@ def resolve_config(
     """The resolved config of a new run (what ``config.json`` holds), before anything is written."""
     overrides = list(overrides)
     name, task_config, raw, source = load_task(task, overrides)
-    try:  # the files of the code it names, read once: what runs is what the run records
-        codefiles.capture([task_config])
-    except ConfigError as error:
-        raise ConfigError(f"{name}: {error}") from None
+    capture_code(task_config, name)
     check_task(task_config, name)
     if strategy is not None and not str(strategy).strip():
         raise ConfigError("strategy: empty; a name from `esjax list`, or leave it out")
