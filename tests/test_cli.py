@@ -185,9 +185,13 @@ def test_render_gif(run, tmp_path):
     assert_clean_error(bad, "'length'", "valid")
     bad = esjax("render", run_dir, "--param", "g=nan", "--out", out, cwd=tmp_path)
     assert_clean_error(bad, "--param 'g=nan'", "finite")
-    # A value the scene cannot draw (the bob's size is the root of its mass).
-    bad = esjax("render", run_dir, "--steps", "2", "--param", "m=-1", "--out", out, cwd=tmp_path)
-    assert_clean_error(bad, "cannot draw Pendulum-v1 with these env parameters")
+    # A value the env cannot simulate or draw is the same one line as from a task or a run.
+    bad = esjax("render", run_dir, "--steps", "2", "--param", "l=0", "--out", out, cwd=tmp_path)
+    assert_clean_error(bad, "--param: l = 0: Pendulum-v1 cannot simulate or draw it")
+    # A negative mass flips the actuator (pendulum-sign trains on it): it is drawn.
+    flipped = esjax("render", run_dir, "--steps", "2", "--param", "m=-1", "--out", out,
+                    cwd=tmp_path)  # fmt: skip
+    assert flipped.returncode == 0, flipped.stderr
 
 
 # ---------------------------------------------------------------------------- Ctrl-C

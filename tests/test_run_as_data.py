@@ -620,10 +620,16 @@ def fresh_process(*modules: str, folders: tuple[Path, ...] = ()) -> None:
     each run's), and none of their folders on the import path."""
     from esjax._src.engine.tasks import forget_shared_rollouts
     from esjax._src.envs import usercode
-    from esjax._src.run import training
+    from esjax._src.run import imports, training
 
     usercode._PROVIDED.clear()
     usercode._LOADED.clear()
+    usercode._SEALED.clear()
+    for name in list(imports._LOADED):  # the helpers the code imported, sealed
+        sys.modules.pop(name, None)
+    for table in (imports._ROOTS, imports._LOADED, imports._EXPECTED, imports._EXPECTED_BY,
+                  imports._IMPORTED_BY, imports._SOURCE_OF):  # fmt: skip
+        table.clear()
     forget_shared_rollouts()  # rollouts hold the envs their code made
     training._ENGINES.clear()
     for name in modules:
@@ -821,3 +827,287 @@ def test_the_repros_from_the_console_script(made_sweep, tmp_path):
     (run / trust.SEAL).write_bytes(b"\xff" * 64)
     assert_clean_error(script("eval", run, cwd=tmp_path), "--trust-code")
     assert not marker.exists()
+
+
+# ---------------------------------------------------------------------------- issue 76: all of a
+# run's code sealed, every file of a run checked where it is read, work bounded by the run's own
+# shapes, foreign text shown as text; each case from the console script.
+
+HELPED = """
+import os
+
+import gymnax
+import hbeside
+from hpkg import core
+
+
+def make(**kwargs):
+    if os.environ.get("ESJAX_TEST_EXTRA"):  # an import its run did not see when it was sealed
+        import hpkg.extra
+    core.hello()
+    return gymnax.make("CartPole-v1")
+"""
+HELPED_MODULES = ("helped_env", "hpkg", "hpkg.core", "hpkg.extra", "hbeside")
+
+
+@pytest.fixture(scope="module")
+def made_helped(tmp_path_factory):
+    """``(run, project folder)``: a run of ``helped_env``, whose module imports a package of
+    helpers beside it (``hpkg``) and a module beside it (``hbeside``)."""
+    project = tmp_path_factory.mktemp("helped")
+    (project / "helped_env.py").write_text(HELPED)
+    (project / "hbeside.py").write_text("X = 1\n")
+    (project / "hpkg").mkdir()
+    (project / "hpkg" / "__init__.py").write_text('"""Helpers."""\n')
+    (project / "hpkg" / "core.py").write_text("def hello():\n    return 1\n")
+    (project / "hpkg" / "extra.py").write_text("Y = 2\n")
+    (project / "helped.toml").write_text('env = "helped_env:make"\nepisode_length = 16\n'
+                                         "test_episodes = 4\n")  # fmt: skip
+    out = tmp_path_factory.mktemp("helped-run") / "run"
+    with contextlib.chdir(project):
+        evolve("helped.toml", generations=1, popsize=8, out=out)
+    fresh_process(*HELPED_MODULES, folders=(project,))
+    return out, project
+
+
+def marker_code(marker: Path) -> str:
+    return f"\nimport pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n"
+
+
+def test_a_helper_in_a_package_beside_the_code_is_sealed_with_it(made_helped, tmp_path):
+    """Case 1: the run recorded the modules its code imported; code appended to one in a
+    package beside the recorded file is one line naming that file, and runs nowhere."""
+    from test_cli import assert_clean_error
+    from test_cli import esjax as script
+
+    run, project = made_helped
+    imported = json.loads((run / "code.json").read_text())["code"]["helped_env"]["imports"]
+    assert sorted(imported) == ["hbeside", "hpkg", "hpkg.core"]
+    core, marker = project / "hpkg" / "core.py", tmp_path / "ran"
+    original = core.read_text()
+    try:
+        core.write_text(original + marker_code(marker))
+        failed = script("eval", run, "--episodes", "2", cwd=tmp_path)
+        assert_clean_error(failed, f"{core.resolve()} has changed", "--trust-code")
+        assert not marker.exists()
+    finally:
+        core.write_text(original)
+    done = script("eval", run, "--episodes", "2", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_module_the_code_did_not_import_when_sealed_is_refused(
+    made_helped, tmp_path, monkeypatch
+):
+    """What the sealed code imports beyond its records (here, a branch an environment
+    variable takes) is refused in one line, not run."""
+    run, project = made_helped
+    monkeypatch.setenv("ESJAX_TEST_EXTRA", "1")
+    monkeypatch.chdir(tmp_path)
+    fresh_process(*HELPED_MODULES, folders=(project,))
+    try:
+        code, output = cli("eval", run, "--episodes", "2")
+        assert_one_line(code, output, str((project / "hpkg" / "extra.py").resolve()),
+                        "did not record it")  # fmt: skip
+        assert "hpkg.extra" not in sys.modules
+    finally:
+        fresh_process(*HELPED_MODULES, folders=(project,))
+
+
+def test_a_run_sealed_before_imports_were_recorded_reads_back_and_its_resume_records_them(
+    made_helped, tmp_path, monkeypatch
+):
+    """An older run's code.json has no imports: it evaluates as it did, a reader writes
+    nothing, and its first resume records what its code imports."""
+    from esjax._src.run import codefiles
+
+    run, project = tmp_path / "run", made_helped[1]
+    shutil.copytree(made_helped[0], run, symlinks=True)
+    document = json.loads((run / "code.json").read_text())
+    del document["code"]["helped_env"]["imports"]
+    (run / "code.json").write_text(json.dumps(document))
+    records = codefiles.read_records(run)
+    trust.seal(run, "run", trust.run_code(runs.read_run_config(run).task, records))  # as before
+    monkeypatch.chdir(tmp_path)
+    fresh_process(*HELPED_MODULES, folders=(project,))
+    code, output = cli("eval", run, "--episodes", "2")
+    assert code == 0, output
+    assert "imports" not in json.loads((run / "code.json").read_text())["code"]["helped_env"]
+    fresh_process(*HELPED_MODULES, folders=(project,))
+    code, output = cli("evolve", "--resume", "--out", run, "--generations", "2")
+    assert code == 0, output
+    imported = json.loads((run / "code.json").read_text())["code"]["helped_env"]["imports"]
+    assert sorted(imported) == ["hbeside", "hpkg", "hpkg.core"]
+    fresh_process(*HELPED_MODULES, folders=(project,))
+
+
+def plant_pyc(source: Path, marker: Path) -> Path:
+    """A ``__pycache__`` entry for ``source`` whose header carries its size and time, as
+    Python checks them, holding the source's code plus a line that writes ``marker``."""
+    import importlib.util
+    import marshal
+    import struct
+
+    info = source.stat()
+    code = compile(source.read_text() + marker_code(marker), str(source), "exec")
+    header = struct.pack("<III", 0, int(info.st_mtime) & 0xFFFFFFFF, info.st_size & 0xFFFFFFFF)
+    cached = Path(importlib.util.cache_from_source(str(source)))
+    cached.parent.mkdir(exist_ok=True)
+    cached.write_bytes(importlib.util.MAGIC_NUMBER + header + marshal.dumps(code))
+    return cached
+
+
+def test_a_planted_pycache_of_recorded_code_never_runs(made_helped, tmp_path):
+    """Case 2: a .pyc beside unchanged recorded sources, which Python itself would run; the
+    run's code runs from the sources it checked."""
+    import subprocess
+
+    from test_cli import cli_env
+    from test_cli import esjax as script
+
+    run, project = made_helped
+    marker = tmp_path / "ran"
+    names = ("helped_env.py", "hbeside.py", "hpkg/__init__.py", "hpkg/core.py")
+    planted = [plant_pyc(project / name, marker) for name in names]
+    try:
+        python = subprocess.run([sys.executable, "-c", "import hbeside"], cwd=project,
+                                env=cli_env(), capture_output=True, text=True)  # fmt: skip
+        assert python.returncode == 0 and marker.exists(), python.stderr  # the .pyc is live
+        marker.unlink()
+        done = script("eval", run, "--episodes", "2", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert not marker.exists()
+    finally:
+        for path in planted:
+            path.unlink()
+
+
+def test_env_params_the_env_cannot_simulate_or_draw_are_one_line_for_every_command(run, tmp_path):
+    """Case 3: a config.json's env_params go through the guard --param goes through, for
+    every command that reads the run; --set refuses the same value before a run exists."""
+    from test_cli import assert_clean_error
+    from test_cli import esjax as script
+
+    edit_config(run, env_params={"masspole": -5})
+    rendered = script("render", run, "--steps", "3", cwd=tmp_path)
+    assert_clean_error(rendered, "env_params: masspole = -5", "cannot simulate or draw it")
+    for args in (["eval", run], ["report", run, "--out", tmp_path / "r"], ["plot", run],
+                 ["evolve", "--resume", "--out", run, "--generations", "3"]):  # fmt: skip
+        assert_one_line(*cli(*args), "masspole = -5")
+    out = tmp_path / "new"
+    code, output = cli("evolve", "cartpole", "--set", "env_params.masspole=-5", "--out", out)
+    assert_one_line(code, output, "masspole = -5", "cannot simulate or draw it")
+    assert not out.exists()
+
+
+def test_a_report_of_a_run_claiming_more_seeds_than_its_policies_hold_is_one_line(run, tmp_path):
+    """Case 4: config.json claims 500,000 seeds and summary.json holds as many returns (5 MB);
+    the run's final policy holds one, and the report says so at once."""
+    import time
+
+    from test_cli import assert_clean_error
+    from test_cli import esjax as script
+
+    config = json.loads((run / runs.CONFIG).read_text())
+    config["seeds"] = 500_000
+    (run / runs.CONFIG).write_text(json.dumps(config))
+    summary = json.loads((run / runs.SUMMARY).read_text())
+    for key, value in list(summary.items()):
+        if key.endswith("_per_seed"):
+            summary[key] = value[:1] * 500_000
+    (run / runs.SUMMARY).write_text(json.dumps(summary))
+    start = time.perf_counter()
+    done = script("report", run, "--out", tmp_path / "r", cwd=tmp_path)
+    print(f"report of the 500,000-seed claim: {time.perf_counter() - start:.1f} s")
+    assert_clean_error(done, "says 500,000 seeds, its final policy holds 1")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_cell_of_more_seeds_than_a_report_resamples_is_capped_with_a_note(monkeypatch):
+    from esjax._src.analysis import reporting
+
+    monkeypatch.setattr(reporting, "MAX_SEEDS", 4)
+    returns = tuple(float(i) for i in range(10))
+    cell = reporting.Cell("cartpole", "CartPole-v1", ("run",), tuple(range(10)), returns,
+                          (True,) * 10, 5.0, 0.0, 4, "{}")  # fmt: skip
+    notes: list[str] = []
+    capped = reporting._capped({"open_es": {"cartpole": cell}}, notes)["open_es"]["cartpole"]
+    assert capped.returns == (0.0, 1.0, 2.0, 3.0) and capped.seed_ids == (0, 1, 2, 3)
+    assert capped.solved == (True,) * 4
+    assert notes == ["open_es on cartpole: 10 seeds; the report uses the first 4"]
+
+
+ANSI = "\x1b[31mred\x1b[0m\x1b]0;a new title\x07"
+
+
+def assert_shown_as_text(output: str) -> None:
+    assert "\x1b" not in output and "\x07" not in output, repr(output)
+    assert "\\x1b[31mred" in output and "\\x1b]0;a new title\\x07" in output, output
+
+
+def test_foreign_text_reaches_neither_the_terminal_nor_a_spreadsheet_raw(made_sweep, run, tmp_path):
+    """Case 5: an ANSI colour and an OSC title in a sweep's configuration, a formula as a
+    metrics key, and a solved_return no axis can hold."""
+    import csv
+
+    from test_cli import esjax as script
+
+    from esjax._src.analysis import plotting
+
+    sweep_dir = tmp_path / "sweep"
+    shutil.copytree(made_sweep, sweep_dir, symlinks=True)
+    record = json.loads((sweep_dir / "sweep.json").read_text())
+    record["configurations"][0]["overrides"] = [f"strategy_settings.learning_rate=0.05{ANSI}"]
+    (sweep_dir / "sweep.json").write_text(json.dumps(record))
+    done = script("report", sweep_dir, "--out", tmp_path / "r", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert_shown_as_text(done.stdout + done.stderr)
+    assert_shown_as_text((tmp_path / "r" / "report.md").read_text())
+    rows = [json.loads(line) for line in (run / runs.METRICS).read_text().splitlines()]
+    rows[0]['=HYPERLINK("http://example.com","open")'] = 1.0
+    (run / runs.METRICS).write_text("".join(json.dumps(row) + "\n" for row in rows))
+    done = script("export", run, "--csv", "--out", "-", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    table = list(csv.reader(io.StringIO(done.stdout)))
+    assert '\'=HYPERLINK("http://example.com","open")' in table[0]
+    for cell in (cell for row in table for cell in row):
+        assert not cell.startswith(("=", "+", "@", "\t", "\r")), cell
+        assert not cell.startswith("-") or float(cell) < 0, cell  # a negative number only
+    edit_config(run, solved_return=1e308)
+    done = script("plot", run, cwd=tmp_path)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    figure = plotting._fitness_figure(plotting.group_runs([run]), "generations", None, 1e308)
+    assert all(max(map(abs, ax.get_ylim())) < 1e6 for ax in figure.axes)  # the curves' scale
+    rows[0]["fitness_mean"], rows[0]["fitness_best"] = 1e308, -1e308  # no axis holds these
+    (run / runs.METRICS).write_text("".join(json.dumps(row) + "\n" for row in rows))
+    code, output = cli("plot", run)
+    assert_one_line(code, output, "fitness.png: cannot draw these numbers")
+
+
+def test_esjax_list_shows_a_task_files_description_as_text(tmp_path):
+    """Case 5: a task preset whose description holds an ANSI colour and an OSC title, listed
+    by a copy of esjax whose task folder holds it."""
+    from test_cli import REPO
+    from test_cli import esjax as script
+
+    copy = tmp_path / "copy"
+    shutil.copytree(REPO / "esjax", copy / "esjax", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "strategies", copy / "strategies")
+    (copy / "tasks").mkdir()
+    (copy / "tasks" / "crafted.toml").write_text(
+        f'description = {json.dumps(ANSI)}\nenv = "CartPole-v1"\n'  # TOML reads JSON's escapes
+    )
+    done = script("list", cwd=tmp_path, extra_path=str(copy))
+    assert done.returncode == 0, done.stderr
+    assert "crafted" in done.stdout
+    assert_shown_as_text(done.stdout + done.stderr)
+
+
+def test_a_library_warning_is_one_line(capsys):
+    """Case 5: another library's warning, as the console script shows every warning."""
+    from esjax._src.cli import terminal
+
+    warning = RuntimeWarning("overflow encountered in multiply\n  steps = self._steps * scale")
+    terminal.show_warning(warning, RuntimeWarning, "/x/site-packages/matplotlib/ticker.py", 2247)
+    shown = capsys.readouterr().err.strip().splitlines()
+    assert shown == ["warning: RuntimeWarning in matplotlib: overflow encountered in multiply"]

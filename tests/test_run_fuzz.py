@@ -5,9 +5,13 @@ Mutations: a JSON field (or a metrics row's field) set to another type, a huge o
 number, NaN, a deep nesting, or deleted; a file deleted, truncated, or replaced by a link to a
 file or folder outside the run, to ``/dev/zero`` or to nothing, or by a hard link to a file
 outside the run (which ``O_NOFOLLOW`` cannot see: holding esjax's bytes, or another file's).
-For each, every command must exit
-0 or 2 without a traceback, touch nothing outside the run, and leave the run's own files as
-they were unless the command writes them. Examples are derandomized and bounded, so the test
+Issue 76's three, on a run whose env module imports a package of helpers and a module beside
+it: code appended to a helper, a planted ``__pycache__`` entry that Python would run instead
+of an unchanged source, and control characters (an ANSI colour, an OSC title) in a string or a
+key of a run file. For each, every command must exit
+0 or 2 without a traceback, touch nothing outside the run (a helper's or a planted .pyc's code
+writes a file outside when it runs), print no control character, and leave the run's own files
+as they were unless the command writes them. Examples are derandomized and bounded, so the test
 takes the same (small) time on every machine; there is no timed assert.
 """
 
@@ -24,7 +28,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from test_run_as_data import SMALL, cli
+from test_run_as_data import SMALL, cli, fresh_process, plant_pyc
 
 from esjax._src.run import runs, trust
 from esjax._src.run.training import evolve
@@ -50,6 +54,39 @@ def pristine(tmp_path_factory):
     evolve("cartpole", generations=2, popsize=16, overrides=[*SMALL, "solved_return=100"], out=out)
     (out / "target.json").write_text(json.dumps({"generations": 2}))
     return out
+
+
+FUZZ_ENV = """
+import gymnax
+import fuzzside
+from fuzzpkg import core
+
+
+def make(**kwargs):
+    return gymnax.make(core.ENV)
+"""
+FUZZ_MODULES = ("fuzz_env", "fuzzside", "fuzzpkg", "fuzzpkg.core")
+HELPERS = ("fuzzside.py", "fuzzpkg/__init__.py", "fuzzpkg/core.py")
+
+
+@pytest.fixture(scope="module")
+def pristine_code(tmp_path_factory):
+    """``(run, project)``: a run of the user's module ``fuzz_env``, which imports a package of
+    helpers (``fuzzpkg``) and a module (``fuzzside``) beside it."""
+    project = tmp_path_factory.mktemp("fuzz-project")
+    (project / "fuzz_env.py").write_text(FUZZ_ENV)
+    (project / "fuzzside.py").write_text("X = 1\n")
+    (project / "fuzzpkg").mkdir()
+    (project / "fuzzpkg" / "__init__.py").write_text('"""Helpers."""\n')
+    (project / "fuzzpkg" / "core.py").write_text('ENV = "CartPole-v1"\n')
+    task = project / "fuzz.toml"
+    task.write_text('env = "fuzz_env:make"\nepisode_length = 16\ntest_episodes = 4\n')
+    out = tmp_path_factory.mktemp("fuzz-code") / "run"
+    with contextlib.chdir(project):
+        evolve("fuzz.toml", generations=2, popsize=8, overrides=[*SMALL, "solved_return=100"],
+               out=out)  # fmt: skip
+    fresh_process(*FUZZ_MODULES, folders=(project,))
+    return out, project
 
 
 def leaf_paths(value, prefix=()):
@@ -83,9 +120,57 @@ def dumped(document) -> str:
     return text.replace(json.dumps(DEEP), "[" * 3000 + "]" * 3000)
 
 
-def mutate(run: Path, outside: Path, data) -> str:
-    """Apply one drawn mutation to ``run``; a description for the failure message."""
-    kind = data.draw(st.sampled_from(["json", "metrics", "binary", "link", "hardlink", "delete"]))
+CODE_KINDS = ("helper", "pyc")  # mutations of a run's code: on the run of fuzz_env
+KINDS = ("json", "metrics", "binary", "link", "hardlink", "delete", "control", *CODE_KINDS)
+CONTROLS = "\x1b[31mred\x1b[0m\x1b]0;a new title\x07"
+
+
+def mutate_code(project: Path, marker: Path, kind: str, data) -> str:
+    """Code appended to a helper the run recorded, or a .pyc planted beside one, each writing
+    ``marker`` when it runs."""
+    name = data.draw(st.sampled_from(HELPERS))
+    if kind == "pyc":
+        plant_pyc(project / name, marker)
+        return f"{name}: a .pyc planted in its __pycache__"
+    with (project / name).open("a") as handle:
+        handle.write(f"\nimport pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n")
+    return f"{name}: code appended"
+
+
+def mutate_text(run: Path, data) -> str:
+    """Control characters appended to a string, or to a key, of a run's JSON file."""
+    name = data.draw(st.sampled_from([runs.CONFIG, runs.METRICS]))
+    text = (run / name).read_text()
+    lines = text.splitlines() if name == runs.METRICS else [text]  # as mutate() reads them
+    line = data.draw(st.integers(0, len(lines) - 1))
+    document = json.loads(lines[line])
+    strings = [p for p in leaf_paths(document) if p and isinstance(_at(document, p), str)]
+    keys = [p for p in leaf_paths(document) if p and isinstance(p[-1], str)]
+    if name == runs.CONFIG and data.draw(st.booleans()):
+        strings = keys = [("task_name",)]  # what a report's table shows
+    path = data.draw(st.sampled_from(strings + keys))
+    parent = _at(document, path[:-1])
+    if path in strings and data.draw(st.booleans()):
+        parent[path[-1]] += CONTROLS
+        what = "value"
+    else:
+        parent[path[-1] + CONTROLS] = parent.pop(path[-1])
+        what = "key"
+    lines[line] = json.dumps(document)
+    (run / name).write_text("\n".join(lines) + "\n")
+    return f"{name} line {line}: control characters in the {what} at {list(path)}"
+
+
+def _at(document, path):
+    for part in path:
+        document = document[part]
+    return document
+
+
+def mutate(run: Path, outside: Path, data, kind: str) -> str:
+    """Apply one drawn mutation of ``kind`` to ``run``; a description for the failure message."""
+    if kind == "control":
+        return mutate_text(run, data)
     if kind in ("json", "metrics"):
         name = runs.METRICS if kind == "metrics" else data.draw(st.sampled_from(JSON_FILES))
         path = run / name
@@ -141,15 +226,21 @@ def fingerprint(folder: Path) -> dict[str, str]:
 
 
 @settings(
-    max_examples=40,
+    max_examples=48,
     deadline=None,
     derandomize=True,
     phases=(Phase.explicit, Phase.generate),  # no shrinking: a failure's time stays bounded
     suppress_health_check=list(HealthCheck),
 )
 @given(data=st.data())
-def test_every_command_on_a_mutated_run_exits_0_or_2_and_touches_nothing_else(pristine, data):
+def test_every_command_on_a_mutated_run_exits_0_or_2_and_touches_nothing_else(
+    pristine, pristine_code, data
+):
     trust._GRANTED.clear()
+    kind = data.draw(st.sampled_from(KINDS))
+    code_run = kind in CODE_KINDS or (kind == "control" and data.draw(st.booleans()))
+    project = pristine_code[1]
+    saved = {name: (project / name).read_text() for name in HELPERS}
     with tempfile.TemporaryDirectory(prefix="esjax-fuzz-") as root:
         root = Path(root)
         outside, here = root / "outside", root / "cwd"
@@ -158,13 +249,18 @@ def test_every_command_on_a_mutated_run_exits_0_or_2_and_touches_nothing_else(pr
         (outside / "folder" / "inner.txt").write_text("not esjax's either")
         here.mkdir()
         run = root / "run"
-        shutil.copytree(pristine, run, symlinks=True)
-        what = mutate(run, outside, data)
-        untouched = fingerprint(outside)
+        shutil.copytree(pristine_code[0] if code_run else pristine, run, symlinks=True)
         previous = Path.cwd()
-        os.chdir(here)  # nothing may land in the working directory either
         try:
+            if kind in CODE_KINDS:
+                what = mutate_code(project, outside / "ran", kind, data)
+            else:
+                what = mutate(run, outside, data, kind)
+            untouched = fingerprint(outside)
+            os.chdir(here)  # nothing may land in the working directory either
             for command, (extra, writes) in COMMANDS.items():
+                if code_run:  # its code is imported again, as by a new process
+                    fresh_process(*FUZZ_MODULES, folders=(project,))
                 before = fingerprint(run)
                 args = (["evolve", "--resume", "--out", run] if command == "resume"
                         else [command, run])  # fmt: skip
@@ -172,8 +268,11 @@ def test_every_command_on_a_mutated_run_exits_0_or_2_and_touches_nothing_else(pr
                     code, output = cli(*args, *extra)
                 assert code in (0, 2), f"{what}: esjax {command} exited {code}:\n{output}"
                 assert "Traceback" not in output, f"{what}: esjax {command}:\n{output}"
+                assert "\x1b" not in output and "\x07" not in output, f"{what}: {output!r}"
                 assert fingerprint(outside) == untouched, f"{what}: esjax {command} wrote outside"
                 assert not any(here.iterdir()), f"{what}: esjax {command} wrote in the cwd"
+                if kind == "helper" and command == "eval":
+                    assert code == 2, f"{what}: esjax eval ran a changed helper:\n{output}"
                 if writes is not None:
                     after = fingerprint(run)
                     changed = {k for k in before.keys() | after.keys()
@@ -183,3 +282,9 @@ def test_every_command_on_a_mutated_run_exits_0_or_2_and_touches_nothing_else(pr
                     assert not unexpected, f"{what}: esjax {command} changed {unexpected}"
         finally:
             os.chdir(previous)
+            for name, text in saved.items():
+                (project / name).write_text(text)
+            for cache in project.rglob("__pycache__"):
+                shutil.rmtree(cache)
+            if code_run:
+                fresh_process(*FUZZ_MODULES, folders=(project,))

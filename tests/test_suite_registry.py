@@ -55,16 +55,16 @@ def test_pyproject_has_each_suites_extra_and_envs_lists_exactly_them():
 def test_every_suite_module_is_registered_and_in_the_api_reference():
     """An esjax/_src/envs/suite_*.py not in the registry would never be reachable; one missing from
     docs/api/envs.md would have no reference page."""
-    folder = REPO / "esjax" / "envs"
+    folder = REPO / "esjax" / "_src" / "envs"
     files = {f"envs.{path.stem}" for path in folder.glob("suite_*.py")} - {"envs.suite_base"}
     unregistered = sorted(files - set(package_modules()))
     assert not unregistered, (
-        f"esjax/_src/envs/suites.py: add 'esjax.{unregistered[0]}' to SUITE_MODULES "
+        f"esjax/_src/envs/suites.py: add 'esjax._src.{unregistered[0]}' to SUITE_MODULES "
         "(CONTRIBUTING.md's Register step)"
     )
     assert files == set(package_modules())
     lines = (REPO / "docs" / "api" / "envs.md").read_text().splitlines()
-    listed = {line.split()[1].removeprefix("esjax.") for line in lines
+    listed = {line.split()[1].removeprefix("esjax._src.") for line in lines
               if line.startswith("::: esjax._src.envs.suite_")}  # fmt: skip
     assert listed - {"envs.suite_base"} == set(package_modules())
 
@@ -108,7 +108,8 @@ def test_a_registered_module_that_is_not_an_adapter_is_one_line(monkeypatch):
     with pytest.raises(RegistryError, match=r"^json is registered as a suite but lacks SUITE"):
         registered()
     monkeypatch.setattr(suites, "SUITE_MODULES", (*shipped, "esjax._src.envs.suite_navix"))
-    with pytest.raises(RegistryError, match=r"^esjax\.envs\.suite_navix is registered twice$"):
+    twice = r"^esjax\._src\.envs\.suite_navix is registered twice$"
+    with pytest.raises(RegistryError, match=twice):
         registered()
 
 

@@ -29,7 +29,7 @@ from esjax._src.engine.tasks import check_param_names
 from esjax._src.policies.networks import memory_lesion
 from esjax._src.run import runs
 from esjax._src.run.saved import SavedPolicy, baseline_returns, fresh_test_key, make_test_rollout
-from esjax._src.specs.config import ConfigError, baseline_label, to_dict
+from esjax._src.specs.config import ConfigError, baseline_label, check_param_values, to_dict
 from esjax._src.specs.presets import load_task
 from esjax._src.specs.stats import mean_interval
 
@@ -232,6 +232,9 @@ def grid_returns(
     names = list(axes)
     config, rollout = _built or make_test_rollout(run_dir)
     check_param_names(names, rollout.env_params, "--grid")
+    for name in names:
+        for value in axes[name]:
+            check_param_values(config.task.env, {name: value}, "--grid")
     if baseline is None:
         saved = SavedPolicy.load(run_dir, which, seed, built=(config, rollout))
         key, params, obs_stats = saved.test_inputs()

@@ -18,9 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from esjax._src.run.files import save_figure
+from esjax._src.run.files import drawing, save_figure
 from esjax._src.run.runs import METRICS, iter_metrics, read_run_config
 from esjax._src.specs.config import ConfigError, RunConfig
+from esjax._src.specs.foreign import visible
 from esjax._src.specs.stats import half_widths
 
 X_AXES = {"generations": "generation", "env_steps": "env_steps", "wall_s": "wall_s"}
@@ -107,6 +108,17 @@ def plot_groups(
     """Write a two-panel figure (training fitness | evaluation return); format from the suffix."""
     if x not in X_AXES:
         raise ValueError(f"x must be one of {', '.join(X_AXES)}, got {x!r}")
+    out = Path(out)
+    with drawing(out):  # laid out in full here: numbers it cannot draw are one line
+        fig = _fitness_figure(groups, x, title, solved_return)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_figure(fig, out)
+    return out
+
+
+def _fitness_figure(
+    groups: Sequence[Group], x: str, title: str | None, solved_return: float | None
+) -> Any:
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(10, 3.8), dpi=120, layout="constrained")
@@ -122,11 +134,9 @@ def plot_groups(
     _label_panels(ax_train, ax_eval, x)
     _line_style_legend(ax_train)
     if title:
-        fig.suptitle(title, fontsize=11)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    save_figure(fig, out)
-    return out
+        fig.suptitle(visible(title), fontsize=11)
+    fig.draw_without_rendering()
+    return fig
 
 
 def _draw_group(ax_train: Any, ax_eval: Any, group: Group, color: str, x: str) -> bool:
@@ -153,10 +163,21 @@ def _draw_group(ax_train: Any, ax_eval: Any, group: Group, color: str, x: str) -
     return True
 
 
+# How far beyond the curves' own scale a threshold line may stretch a panel's axis: further,
+# the curves would be drawn flat (and near 1e308 matplotlib's tick arithmetic overflows).
+THRESHOLD_REACH = 1e6
+
+
 def _mark_solved(ax_train: Any, ax_eval: Any, solved_return: float) -> None:
-    """The task's solve threshold as a dotted line in both panels, named in the second."""
+    """The task's solve threshold as a dotted line in both panels, named in the second; a
+    threshold far off the curves' scale (``--set solved_return=1e308``) is named, not drawn."""
     for ax in (ax_train, ax_eval):
-        ax.axhline(solved_return, color="0.35", ls=":", lw=1.2)
+        if _within_reach(ax, solved_return):
+            ax.axhline(solved_return, color="0.35", ls=":", lw=1.2)
+    if not _within_reach(ax_eval, solved_return):
+        ax_eval.text(0.01, 0.98, f"solved ({solved_return:g}): off this scale", va="top",
+                     transform=ax_eval.transAxes, fontsize=8, color="0.3")  # fmt: skip
+        return
     ax_eval.annotate(
         f"solved ({solved_return:g})",
         (0.01, solved_return),
@@ -165,6 +186,12 @@ def _mark_solved(ax_train: Any, ax_eval: Any, solved_return: float) -> None:
         fontsize=8,
         color="0.3",
     )
+
+
+def _within_reach(ax: Any, value: float) -> bool:
+    low, high = ax.get_ylim()
+    scale = max(abs(low), abs(high), 1.0)
+    return math.isfinite(value) and abs(value) / THRESHOLD_REACH <= scale
 
 
 def _label_panels(ax_train: Any, ax_eval: Any, x: str) -> None:
@@ -264,7 +291,8 @@ def group_runs(run_dirs: Sequence[str | Path]) -> list[Group]:
     for label, members in zip(labels, keyed.values(), strict=True):
         if labels.count(label) > 1:  # same task, strategy and popsize: name the runs
             label = f"{label} · {_common_label([run.name for run, _, _ in members])}"
-        groups.append(Group(label, tuple(rows for _, _, rows in members)))
+        # A task name from a run's config.json: drawn as the characters it holds.
+        groups.append(Group(visible(label), tuple(rows for _, _, rows in members)))
     return groups
 
 

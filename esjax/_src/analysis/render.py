@@ -35,7 +35,7 @@ from esjax._src.rollout.episode import episode_keys, split_step_key
 from esjax._src.run import runs, trust
 from esjax._src.run.files import atomic_write
 from esjax._src.run.saved import SavedPolicy
-from esjax._src.specs.config import ConfigError, parse_override
+from esjax._src.specs.config import ConfigError, check_param_values, parse_override
 
 Update = Callable[[Any, str], None]  # (env state, caption) -> redraw the artists
 PIVOT = "#2c3e50"
@@ -72,7 +72,8 @@ def _pendulum(ax: Any, params: Any) -> Update:
     reach = max(2.2, 1.15 * length + 0.3)
     _frame_axes(ax, (-reach, reach), (-reach, reach))
     (rod,) = ax.plot([], [], color="#c0392b", lw=7, solid_capstyle="round", zorder=2)
-    bob = ax.add_patch(Circle((0, 0), 0.12 * math.sqrt(mass), color="#7b241c", zorder=3))
+    # A negative mass flips the actuator (pendulum-sign): the bob is as big as its magnitude.
+    bob = ax.add_patch(Circle((0, 0), 0.12 * math.sqrt(abs(mass)), color="#7b241c", zorder=3))
     ax.plot([0], [0], "o", color=PIVOT, ms=6, zorder=4)
     caption = ax.text(0.02, 0.02, "", transform=ax.transAxes, fontsize=8, family="monospace")
     ax.set_title(f"Pendulum  l = {length:.2f}  m = {mass:.2f}", fontsize=10)
@@ -548,6 +549,7 @@ def render_run(
             raise ConfigError(f"--param {text!r}: must be a finite number")
         pinned[path[0]] = value
     check_param_names(list(pinned), params, "--param")
+    check_param_values(task.env, pinned, "--param")
     if pinned:
         params = params.replace(**pinned)
     # A suite's own renderer, set up before the episode: one that cannot draw here says so first.
@@ -565,8 +567,6 @@ def render_run(
     try:
         save_gif(task.env, states, params, out, captions=captions, fps=fps, draw=draw,
                  through_special=named)  # fmt: skip
-    except (ValueError, OverflowError) as error:  # a scene's geometry: a negative mass's root
-        if not (pinned or split):
-            raise
+    except (ValueError, OverflowError) as error:  # a scene's geometry the guard did not foresee
         raise ConfigError(f"cannot draw {task.env} with these env parameters ({error})") from None
     return out, returns[-1]

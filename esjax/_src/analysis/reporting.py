@@ -21,6 +21,7 @@ the same report, and a configuration's intervals do not depend on which others a
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,6 +36,7 @@ from esjax._src.run.files import atomic_write, save_figure
 from esjax._src.run.lifecycle import backend_modules
 from esjax._src.specs.config import ConfigError, RunConfig, changed_keys
 from esjax._src.specs.digits import decimals
+from esjax._src.specs.foreign import visible
 from esjax._src.specs.stats import (
     Statistic,
     fraction_at_or_above,
@@ -51,6 +53,10 @@ REPORT_JSON, REPORT_MD, REPORT_PNG = runs.REPORT_JSON, runs.REPORT_MD, runs.REPO
 REPS = 2000
 CONFIDENCE = 0.95
 PROFILE_POINTS = 81  # thresholds on the performance profiles' x axis
+# The most seeds of one configuration on one task a report resamples: its statistics take a
+# few seconds there, and a cell of more (pooled runs, or a run of that many) is reported on its
+# first seeds, with a note saying so.
+MAX_SEEDS = 2048
 
 
 @dataclass(frozen=True)
@@ -225,6 +231,7 @@ def read_cell(run_dir: Path) -> Cell:
             f"{run_dir}: the run has not finished (no {runs.SUMMARY}); "
             f"finish it with `esjax evolve --resume --out {run_dir}`"
         )
+    _check_seeds_held(run_dir, config)
     summary = runs.read_summary(run_dir)
     if not isinstance(summary, dict):
         raise ConfigError(f"{run_dir / runs.SUMMARY}: not a run summary")
@@ -252,6 +259,19 @@ def read_cell(run_dir: Path) -> Cell:
         test_episodes=config.task.test_episodes,
         identity=_identity(config, summary.get("generations", config.generations)),
     )
+
+
+def _check_seeds_held(run_dir: Path, config: RunConfig) -> None:
+    """The seeds config.json claims are the seeds the run's final policy holds: what a report
+    iterates over is bounded by the run's own arrays (a run without that file, which esjax
+    never leaves, by :data:`MAX_SEEDS` alone)."""
+    if not os.path.lexists(run_dir / runs.POLICIES["final"]):
+        return
+    held = runs.policy_seed_count(run_dir, config)
+    if held != config.seeds:
+        raise ConfigError(
+            f"{run_dir}: {runs.CONFIG} says {config.seeds:,} seeds, its final policy holds {held:,}"
+        )
 
 
 def _check_per_seed(run_dir: Path, returns: object, verdicts: object) -> None:
@@ -422,6 +442,7 @@ def report(
     table = collect(paths)
     floors = task_floors(table)
     notes: list[str] = []
+    table = _capped(table, notes)
     configurations, matrices = [], {}
     for label, cells in table.items():
         tasks = {t: _task_entry(cell, floors[t], reps, seed) for t, cell in cells.items()}
@@ -441,6 +462,25 @@ def report(
         "notes": notes,
     }
     return write(record, _out_dir(paths, out))
+
+
+def _capped(table: dict[str, dict[str, Cell]], notes: list[str]) -> dict[str, dict[str, Cell]]:
+    """Each cell's first :data:`MAX_SEEDS` seeds, and a note for each cell that had more."""
+    capped: dict[str, dict[str, Cell]] = {}
+    for label, cells in table.items():
+        capped[label] = {}
+        for task, cell in cells.items():
+            if len(cell.returns) > MAX_SEEDS:
+                notes.append(f"{label} on {task}: {len(cell.returns):,} seeds; the report uses "
+                             f"the first {MAX_SEEDS:,}")  # fmt: skip
+                cell = replace(
+                    cell,
+                    seed_ids=cell.seed_ids[:MAX_SEEDS],
+                    returns=cell.returns[:MAX_SEEDS],
+                    solved=None if cell.solved is None else cell.solved[:MAX_SEEDS],
+                )
+            capped[label][task] = cell
+    return capped
 
 
 def _method(reps: int, seed: int) -> dict[str, Any]:
@@ -540,7 +580,8 @@ def _returns(task: dict[str, Any]) -> str:
 
 
 def markdown(record: dict[str, Any]) -> str:
-    """The report as Markdown tables a README or paper can paste."""
+    """The report as Markdown tables a README or paper can paste; labels, tasks and notes,
+    text from the runs' and sweeps' files, shown as the characters they hold."""
     confidence = f"{record['method']['confidence']:.0%}"
     lines = [
         f"| configuration | task | seeds | solved | success rate [{confidence} Wilson] "
@@ -555,7 +596,8 @@ def markdown(record: dict[str, Any]) -> str:
                 low, high = t["success_interval"]
                 rate = f"{_num(t['success_rate'])} [{_num(low)}, {_num(high)}]"
             lines.append(
-                f"| {entry['label']} | {task} | {t['seeds']} | {solved} | {rate} | {_returns(t)} |"
+                f"| {visible(entry['label'])} | {visible(task)} | {t['seeds']} | {solved} | {rate} "
+                f"| {_returns(t)} |"
             )
     aggregated = [e for e in record["configurations"] if e["aggregate"] is not None]
     if aggregated:
@@ -568,12 +610,13 @@ def markdown(record: dict[str, Any]) -> str:
         for entry in aggregated:
             a = entry["aggregate"]
             lines.append(
-                f"| {entry['label']} | {', '.join(a['tasks'])} | {a['seeds']} "
+                f"| {visible(entry['label'])} | {visible(', '.join(a['tasks']))} | {a['seeds']} "
                 f"| {_ci(a['iqm'])} | {_ci(a['mean'])} |"
             )
     poi = record["probability_of_improvement"]
     if poi is not None:
-        lines += ["", f"P({poi['x']} > {poi['y']}) = {_ci(poi)} ({confidence} interval)"]
+        shown = f"P({poi['x']} > {poi['y']})"
+        lines += ["", f"{visible(shown)} = {_ci(poi)} ({confidence} interval)"]
     if "figure" in record.get("files", {}):
         lines += ["", f"![performance profiles]({Path(record['files']['figure']).name})"]
     method = record["method"]
@@ -584,5 +627,5 @@ def markdown(record: dict[str, Any]) -> str:
         f"esjax._src.specs.stats on NumPy), {method['reps']} resamples, "
         f"random state {method['random_state']}.",
     ]
-    lines += [f"Note: {note}." for note in record["notes"]]
+    lines += [f"Note: {visible(note)}." for note in record["notes"]]
     return "\n".join(lines) + "\n"

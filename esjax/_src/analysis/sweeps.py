@@ -223,6 +223,7 @@ def sweep(
             trust.seal_sweep(sweep_dir, recorded)
         spec = recorded
         _run_unfinished(sweep_dir, grid, resolved, log, on_progress, on_configuration)
+        spec = _record_what_ran(sweep_dir, spec, resolved)
         record = summarize(sweep_dir, grid, spec)
         runs.write_json(sweep_dir / SWEEP, record)
         plot_sweep(sweep_dir, record)
@@ -285,6 +286,24 @@ def _recorded_spec(
         json.dumps(recorded)
     except (TypeError, ValueError):
         raise ConfigError(f"{spec['task']}: the task holds a value JSON cannot store") from None
+    return recorded
+
+
+def _record_what_ran(
+    sweep_dir: Path, spec: dict[str, Any], resolved: Sequence[RunConfig]
+) -> dict[str, Any]:
+    """The spec with the records of its code as it ran: what the code imported while its
+    configurations were built, which records taken before (``--trust-code``, a sweep from
+    before imports were recorded) lack; written and sealed again when they differ. A sealed
+    sweep's code imports nothing it did not record, so its spec stays as it is."""
+    if "code" not in spec:
+        return spec
+    now = codefiles.records_json(codefiles.current_records(c.task for c in resolved))
+    if now == spec["code"]:
+        return spec
+    recorded = {**spec, "code": now}
+    runs.write_json(sweep_dir / SWEEP, {**read_record(sweep_dir), "spec": recorded})
+    trust.seal_sweep(sweep_dir, recorded)
     return recorded
 
 

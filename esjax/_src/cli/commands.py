@@ -16,12 +16,11 @@ from esjax._src.analysis.plotting import plot_runs
 from esjax._src.analysis.render import render_run
 from esjax._src.analysis.reporting import report
 from esjax._src.analysis.sweeps import SweepInterrupted, read_spec, sweep
-from esjax._src.engine.preflight import checked_start
 from esjax._src.envs.suites import suite_rows
 from esjax._src.run.programs import compiling_in_background
 from esjax._src.run.runs import FITNESS_FIGURE, read_run_config
 from esjax._src.run.trackers import metrics_csv, tracking, write_metrics_csv
-from esjax._src.run.training import Interrupted, LostProcess, evolve
+from esjax._src.run.training import Interrupted, LostProcess, checked_start, evolve
 from esjax._src.run.trust import grant as grant_trust
 from esjax._src.specs.presets import describe, task_rows
 from esjax._src.strategies.strategy import catalogue

@@ -16,6 +16,10 @@ from typing import Any
 
 from rich import progress as rich_progress
 from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
+
+from esjax._src.specs.foreign import visible
 
 
 def process_start() -> float:
@@ -98,8 +102,9 @@ class ProgressReport:
                 console=self.console,
             )
             self._progress.start()
+            # A sweep's configuration is named by its values: text from the sweep's record.
             self._task = self._progress.add_task(
-                self.label, total=None, stats="compiling…", eta="-"
+                escape(visible(self.label)), total=None, stats="compiling…", eta="-"
             )
         return self
 
@@ -180,9 +185,10 @@ class SweepProgress:
     def announce(self, configuration: Any, index: int, total: int) -> None:
         """``on_configuration``: close the last bar, name the next configuration, open its bar."""
         self.__exit__()
-        label = ", ".join(configuration.overrides)
+        label = visible(", ".join(configuration.overrides))
         self.console.print(
-            f"[bold]configuration {index + 1}/{total}[/bold]: {label}", soft_wrap=True
+            Text.assemble((f"configuration {index + 1}/{total}", "bold"), f": {label}"),
+            soft_wrap=True,
         )
         report = ProgressReport(self.console, configuration.name, seeds=self.seeds)
         self.reports.append(report.__enter__())

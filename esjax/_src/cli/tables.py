@@ -4,6 +4,10 @@ Each function prints one record (a run's summary, a test, a grid, a sweep, the c
 a :class:`rich.console.Console`, so a notebook can show a record the way ``esjax`` does. The
 records themselves come from :mod:`esjax._src.analysis.evaluation`, :mod:`esjax._src.run.training`
 and :mod:`esjax._src.analysis.sweeps`; nothing here computes a number. Nothing here imports JAX.
+
+Every cell, title and line a record gives is shown as plain text through :func:`_text`: a
+record holds text read from run, sweep and task files (labels, overrides, descriptions,
+paths), which is neither read as rich markup nor let act on the terminal.
 """
 
 from __future__ import annotations
@@ -20,6 +24,19 @@ from rich.text import Text
 from esjax._src.cli.progress import count, duration, number
 from esjax._src.specs.config import baseline_label
 from esjax._src.specs.digits import decimals
+from esjax._src.specs.foreign import visible
+
+
+def _text(value: object, style: str = "") -> Text:
+    """A cell, title or line as plain text: no rich markup read from it, and the characters
+    that would act on a terminal shown as escapes (:func:`esjax._src.specs.foreign.visible`)."""
+    return Text(visible(value), style=style)
+
+
+def _add_row(table: Table, *cells: object) -> None:
+    """``table.add_row`` with every cell that is not already :class:`Text` made one by
+    :func:`_text`."""
+    table.add_row(*(cell if isinstance(cell, Text) else _text(cell) for cell in cells))
 
 
 def show_evolve_summary(
@@ -34,21 +51,21 @@ def show_evolve_summary(
     table = Table(title="esjax evolve", show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
-    table.add_row("run directory", str(run_dir))
-    table.add_row("generations", f"{summary.generations:,}")
+    _add_row(table, "run directory", str(run_dir))
+    _add_row(table, "generations", f"{summary.generations:,}")
     per_seed = " per seed" if seeds > 1 else ""
-    table.add_row("env steps", f"{summary.env_steps:,}{per_seed}")
-    table.add_row("wall time (from building the task)", duration(summary.wall_s))
+    _add_row(table, "env steps", f"{summary.env_steps:,}{per_seed}")
+    _add_row(table, "wall time (from building the task)", duration(summary.wall_s))
     if summary.wall_s:
         rate = count(seeds * summary.env_steps / summary.wall_s)
-        table.add_row("env steps/s", f"{rate} (all seeds, with compilation)")
-    table.add_row("process start → first block", f"{first_report_s or math.nan:.1f} s")
-    table.add_row("eval return (final)", number(summary.final_eval_return))
-    table.add_row("eval return (best)", number(summary.best_eval_return))
+        _add_row(table, "env steps/s", f"{rate} (all seeds, with compilation)")
+    _add_row(table, "process start → first block", f"{first_report_s or math.nan:.1f} s")
+    _add_row(table, "eval return (final)", number(summary.final_eval_return))
+    _add_row(table, "eval return (best)", number(summary.best_eval_return))
     if judged is not None:
-        table.add_row("test return (final, fresh episodes)", number(judged.final_return))
-        table.add_row("test return (best, fresh episodes)", number(judged.best_return))
-    table.add_row("fitness plot", str(figure))
+        _add_row(table, "test return (final, fresh episodes)", number(judged.final_return))
+        _add_row(table, "test return (best, fresh episodes)", number(judged.best_return))
+    _add_row(table, "fitness plot", str(figure))
     console.print(table)
     if judged is not None:
         # The final policy on episodes that neither training nor the choice of the best
@@ -60,19 +77,22 @@ def show_evolve_summary(
             console.print(Text(f"Solved: {text}.", style="bold green"))
         else:
             console.print(Text(f"Not solved: {text}.", style="yellow"))
+    shown = visible(run_dir)
     console.print(
-        f"Next: [cyan]esjax eval {run_dir}[/cyan] · [cyan]esjax render {run_dir}[/cyan]",
+        Text.assemble("Next: ", (f"esjax eval {shown}", "cyan"), " · ",
+                      (f"esjax render {shown}", "cyan")),
         soft_wrap=True,
-    )
+    )  # fmt: skip
 
 
 def show_policy_test(console: Console, record: dict[str, Any]) -> None:
     """:func:`esjax._src.analysis.evaluation.policy_record`: episodes, mean, std, min and max."""
     title = f"test return of {record['run']} ({record['which']} policy)"
-    table = Table(title=title, title_justify="left")
+    table = Table(title=_text(title), title_justify="left")
     for name in ("episodes", "mean", "std", "min", "max"):
         table.add_column(name, justify="right")
-    table.add_row(
+    _add_row(
+        table,
         str(record["episodes"]),
         *(number(record[k], 2) for k in ("mean", "std", "min", "max")),
     )
@@ -84,11 +104,11 @@ def show_baseline_test(console: Console, record: dict[str, Any]) -> None:
     reference."""
     where = f"{record['split']}, seed {record['seed']}"
     title = f"test return on {record['run']}'s test episodes ({where})"
-    table = Table(title=title, title_justify="left")
+    table = Table(title=_text(title), title_justify="left")
     for name in ("policy", "episodes", "mean", "std", "min", "max"):
         table.add_column(name, justify="left" if name == "policy" else "right")
     for name, stats in record["returns"].items():
-        table.add_row(name, str(record["episodes"]), *(number(stats[k], 2) for k in stats))
+        _add_row(table, name, str(record["episodes"]), *(number(stats[k], 2) for k in stats))
     console.print(table)
     if "score_vs_analytic" in record:
         score = record["score_vs_analytic"]
@@ -128,7 +148,7 @@ def show_grid_test(console: Console, record: dict[str, Any], paths: tuple[Path, 
     if shown["field"] != "mean":
         title = f"{shown['label']}, per cell"
         console.print(_grid_table(record, record[shown["field"]], shown["decimals"], title))
-    console.print(f"wrote {json_path} and {png_path}", soft_wrap=True)
+    console.print(_text(f"wrote {json_path} and {png_path}"), soft_wrap=True)
 
 
 def _grid_table(record: dict[str, Any], numbers: list, digits: int, title: str) -> Table:
@@ -136,12 +156,12 @@ def _grid_table(record: dict[str, Any], numbers: list, digits: int, title: str) 
     rows, cols = record["values"]
     row_name, col_name = record["axes"]
     table = Table(
-        title=title,
+        title=_text(title),
         title_justify="left",
         caption="bold: inside the training range",
         caption_justify="left",
     )
-    table.add_column(f"{row_name} \\ {col_name}", justify="right", style="cyan")
+    table.add_column(_text(f"{row_name} \\ {col_name}"), justify="right", style="cyan")
     for value in cols:
         table.add_column(f"{value:.3g}", justify="right")
     for value, cells, inside in zip(rows, numbers, record["in_training"], strict=True):
@@ -149,7 +169,7 @@ def _grid_table(record: dict[str, Any], numbers: list, digits: int, title: str) 
             Text(number(c, digits), style="bold" if i else "dim")
             for c, i in zip(cells, inside, strict=True)
         ]
-        table.add_row(f"{value:.3g}", *texts)
+        _add_row(table, f"{value:.3g}", *texts)
     return table
 
 
@@ -168,7 +188,9 @@ def show_sweep(
 
     n = record["spec"]["seeds"]
     table = Table(
-        title=f"sweep of {record['spec']['task']}: test return over {n} seed(s), 95% interval",
+        title=_text(
+            f"sweep of {record['spec']['task']}: test return over {n} seed(s), 95% interval"
+        ),
         title_justify="left",
     )
     columns = ("configuration", "final", "best", "seeds solved", "env steps to threshold")
@@ -176,7 +198,8 @@ def show_sweep(
         table.add_column(name, justify="left" if name == "configuration" else "right")
     for row in rows:
         solved, reached = row["solved"], row["env_steps_to_threshold"]
-        table.add_row(
+        _add_row(
+            table,
             row["configuration"],
             cell(row["final"]),
             cell(row["best"]),
@@ -186,7 +209,7 @@ def show_sweep(
     console.print(table)
     where = record.get("sweep_dir") or out
     if where is not None:
-        console.print(f"wrote {Path(where) / 'sweep.json'} and {Path(where) / 'sweep.png'}")
+        console.print(_text(f"wrote {Path(where) / 'sweep.json'} and {Path(where) / 'sweep.png'}"))
 
 
 def show_catalogue(
@@ -204,7 +227,8 @@ def show_catalogue(
     table.add_column("description")
     for name, names, text in tasks:
         own, *others = names
-        table.add_row(name, Text(own, style="bold").append("".join(f", {n}" for n in others)), text)
+        carried = _text(own, "bold").append(_text("".join(f", {n}" for n in others)))
+        _add_row(table, name, carried, text)
     console.print(table)
     console.print(
         "strategies: the one a task runs (bold), then each other it carries settings for "
@@ -217,7 +241,7 @@ def show_catalogue(
     table.add_column("description")
     styles = {"tuned preset": "bold green", "cannot run": "dim", "esjax": "green"}
     for name, kind, text in strategies:
-        table.add_row(name, Text(kind, style=styles.get(kind, "")), text)
+        _add_row(table, name, _text(kind, styles.get(kind, "")), text)
     console.print(table)
     console.print()
     console.print(
@@ -239,7 +263,7 @@ def _show_suites(console: Console, suites: Iterable[tuple[str, str, str, bool, s
         status = (
             Text("yes", style="bold green") if installed else Text(f'pip install "esjax[{extra}]"')
         )
-        table.add_row(name, status, example, text)
+        _add_row(table, name, status, example, text)
     console.print(table)
     console.print(
         "A task's env is a gymnax id, SUITE:NAME, or a user's own env as "
@@ -268,7 +292,8 @@ def show_report(console: Console, record: dict[str, Any]) -> None:
     for entry in record["configurations"]:
         for task, t in entry["tasks"].items():
             judged = t["successes"] is not None
-            table.add_row(
+            _add_row(
+                table,
                 entry["label"],
                 task,
                 str(t["seeds"]),
@@ -289,15 +314,17 @@ def show_report(console: Console, record: dict[str, Any]) -> None:
             a = entry["aggregate"]
             cells = [f"{number(a[k]['value'], 2)} {bounds(a[k]['low'], a[k]['high'])}"
                      for k in ("iqm", "mean")]  # fmt: skip
-            table.add_row(entry["label"], ", ".join(a["tasks"]), str(a["seeds"]), *cells)
+            _add_row(table, entry["label"], ", ".join(a["tasks"]), str(a["seeds"]), *cells)
         console.print(table)
     poi = record["probability_of_improvement"]
     if poi is not None:
         console.print(
-            f"P({poi['x']} > {poi['y']}) = {number(poi['value'], 2)} "
-            f"{bounds(poi['low'], poi['high'])} (95% interval)",
+            _text(
+                f"P({poi['x']} > {poi['y']}) = {number(poi['value'], 2)} "
+                f"{bounds(poi['low'], poi['high'])} (95% interval)"
+            ),
             soft_wrap=True,
         )
     for note in record["notes"]:
-        console.print(Text(f"note: {note}", style="yellow"), soft_wrap=True)
-    console.print("wrote " + ", ".join(record["files"].values()), soft_wrap=True)
+        console.print(_text(f"note: {note}", "yellow"), soft_wrap=True)
+    console.print(_text("wrote " + ", ".join(record["files"].values())), soft_wrap=True)

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.text import Text
 
 from esjax._src.specs.config import ConfigError
+from esjax._src.specs.foreign import visible
 
 EXIT_CONFIG = 2
 EXIT_INTERRUPTED = 130
@@ -32,13 +33,13 @@ err = Console(stderr=True, highlight=False)
 
 
 def print_error(message: str) -> None:
-    """One red line on stderr, never wrapped."""
-    err.print(Text(f"error: {message}", style="bold red"), soft_wrap=True)
+    """One red line on stderr, never wrapped; text it quotes from a run, sweep or task file
+    shown as the characters it holds (:func:`esjax._src.specs.foreign.visible`)."""
+    err.print(Text(f"error: {visible(message)}", style="bold red"), soft_wrap=True)
 
 
 # The esjax package: a warning raised from a file inside it is esjax's own.
 _PACKAGE = Path(__file__).resolve().parents[2]
-_show_warning = warnings.showwarning  # Python's, for every other library's warnings
 
 
 def show_warning(
@@ -49,19 +50,30 @@ def show_warning(
     file: Any = None,
     line: str | None = None,
 ) -> None:
-    """A warning esjax raises as one yellow line on stderr (``warning: ...``), as a config
-    error is one red line; Python's own form would add the file, the line number and the
-    source line that raised it, which say nothing to a user. Other libraries' warnings are
-    shown as Python shows them."""
+    """Every warning as one yellow line on stderr (``warning: ...``), as a config error is one
+    red line. Python's own form would add the file, the line number and the source line that
+    raised it, which say nothing to a user; another library's warning is named by its
+    category and the library (``warning: RuntimeWarning in matplotlib: overflow ...``)."""
+    text = str(message).strip().splitlines()
+    shown = text[0] if text else category.__name__
     if not Path(filename).resolve().is_relative_to(_PACKAGE):
-        _show_warning(message, category, filename, lineno, file, line)
-        return
-    err.print(Text(f"warning: {message}", style="yellow"), soft_wrap=True)
+        shown = f"{category.__name__} in {_library_of(filename)}: {shown}"
+    err.print(Text(f"warning: {visible(shown)}", style="yellow"), soft_wrap=True)
+
+
+def _library_of(filename: str) -> str:
+    """The top-level package a file of an installed library belongs to (``matplotlib`` for
+    ``.../site-packages/matplotlib/ticker.py``), else the file's own name."""
+    parts = Path(filename).parts
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts and parts.index(marker) + 1 < len(parts):
+            return Path(parts[parts.index(marker) + 1]).stem
+    return Path(filename).stem
 
 
 def print_stopped(message: str) -> None:
     """A run or sweep stopped by a signal: one yellow line on stderr saying how to resume."""
-    err.print(Text(message, style="yellow"), soft_wrap=True)
+    err.print(Text(visible(message), style="yellow"), soft_wrap=True)
 
 
 def exit_stopped(message: str, code: int, compiling: bool) -> NoReturn:

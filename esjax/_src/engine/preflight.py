@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from esjax._src.engine.tasks import check_task
@@ -21,11 +21,14 @@ def checked_start(
     resume: bool = False,
     out: str | Path | None = None,
     directory: str = "run",
+    prepare: Callable[[TaskConfig, str], object] | None = None,
 ) -> TaskConfig | None:
     """A new run (or sweep) needs a task; a resumed one needs its directory. The task, checked.
 
     ``directory`` names what ``out`` is (``"run"``, ``"sweep"``) in the message. Returns the
-    checked task, or None when resuming without one (the directory holds it).
+    checked task, or None when resuming without one (the directory holds it). ``prepare(task,
+    source)`` runs before the env is made: the host reads there the code the task names
+    (:func:`esjax._src.run.training.checked_start`), so that the check runs what the run records.
     """
     if task is None and not resume:
         raise ConfigError(MISSING_TASK)
@@ -34,5 +37,7 @@ def checked_start(
     if task is None:
         return None
     loaded = load_task(task, overrides)
+    if prepare is not None:
+        prepare(loaded.task, loaded.source)
     check_task(loaded.task, loaded.source)  # the env's own library decides its ids and params
     return loaded.task

@@ -127,7 +127,8 @@ def adapter(name: str) -> ModuleType:
 def package_modules() -> list[str]:
     """The registered adapters that are modules of esjax (``suite_navix``, ...), read from the
     registry alone: for the checks that every module has its layer and its API page."""
-    return [path.removeprefix("esjax.") for path in SUITE_MODULES if path.startswith("esjax.")]
+    prefix = "esjax._src."
+    return [path.removeprefix(prefix) for path in SUITE_MODULES if path.startswith(prefix)]
 
 
 def suite_rows() -> list[tuple[str, str, str, bool, str]]:

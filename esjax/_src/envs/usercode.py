@@ -9,7 +9,9 @@ two ways:
   and handed the bytes here with :func:`provide`. The module is then executed from exactly those
   bytes, so what was checked is what runs, and a module name is never looked up on the import
   path: only the packages above a dotted module are imported as Python would, and each must be
-  the package that holds the recorded file (checked before it is imported).
+  the package that holds the recorded file (checked before it is imported). The module names
+  such code runs as are kept (:func:`sealed_source`), so that the host can seal what it imports
+  in turn (:mod:`esjax._src.run.imports`).
 - **By name**, for an env made outside a run (``make_env("pkg.envs:make")``): a module is
   imported as Python would, then from the working directory (``python -m esjax`` has the working
   directory on the path and the ``esjax`` script does not, so a module beside the user is found
@@ -62,9 +64,12 @@ class _Loaded:
 
 
 # Sources whose bytes the host has provided, by source; modules loaded, by ProvidedCode.key
-# (a file loaded by name: by its resolved path).
+# (a file loaded by name: by its resolved path); the module names provided code runs as (and
+# the packages above them), by the source they belong to, so that the host can seal what they
+# import (:mod:`esjax._src.run.imports`).
 _PROVIDED: dict[str, ProvidedCode] = {}
 _LOADED: dict[str, _Loaded] = {}
+_SEALED: dict[str, str] = {}
 
 
 def is_file_source(source: str) -> bool:
@@ -82,10 +87,10 @@ def provide(code: ProvidedCode) -> None:
             "start a new process to run it as it is now"
         )
     existing = sys.modules.get(code.module) if code.module is not None else None
-    if existing is not None and loaded is None and not _from_file(existing, code.file):
+    if existing is not None and loaded is None and not from_file(existing, code.file):
         raise ConfigError(
             f"module {code.module} is already imported in this process from "
-            f"{_file_of(existing)}, not from {code.file}, which the run names"
+            f"{file_of(existing)}, not from {code.file}, which the run names"
         )
     _PROVIDED[code.source] = code
 
@@ -97,6 +102,17 @@ def provided(source: str) -> ProvidedCode | None:
         return None
     loaded = _LOADED.get(code.key)
     return loaded.code if loaded is not None and loaded.code is not None else code
+
+
+def sealed_source(module: str) -> str | None:
+    """The source whose provided code runs as ``module`` (or imports it as a package above
+    itself), or None."""
+    return _SEALED.get(module)
+
+
+def sealed_modules(source: str) -> list[str]:
+    """The module names ``source``'s provided code runs as, with the packages above it."""
+    return [module for module, owner in _SEALED.items() if owner == source]
 
 
 def loaded_by_name(module: str) -> types.ModuleType | None:
@@ -252,9 +268,9 @@ def _load_provided(code: ProvidedCode, name: str) -> types.ModuleType:
         return loaded.module
     if code.module is not None and code.module in sys.modules:  # imported before esjax saw it
         existing = sys.modules[code.module]
-        if not _from_file(existing, code.file):
+        if not from_file(existing, code.file):
             raise ConfigError(
-                f"{name!r}: module {code.module} is already imported from {_file_of(existing)}, "
+                f"{name!r}: module {code.module} is already imported from {file_of(existing)}, "
                 f"not from {code.file}"
             )
         _LOADED[code.key] = _Loaded(existing, None)
@@ -262,6 +278,7 @@ def _load_provided(code: ProvidedCode, name: str) -> types.ModuleType:
     if code.module is None:
         spec = importlib.util.spec_from_file_location(_file_module_name(code.file), code.file)
     else:
+        _SEALED[code.module] = code.source
         _import_parents(code, name)
         package = code.file.name == "__init__.py"
         locations = [str(code.file.parent)] if package else None
@@ -269,6 +286,7 @@ def _load_provided(code: ProvidedCode, name: str) -> types.ModuleType:
             code.module, code.file, submodule_search_locations=locations
         )
     assert spec is not None
+    _SEALED[spec.name] = code.source
     compiled = _compile(code, name)
     module = _run_module(spec, name, lambda m: exec(compiled, m.__dict__))
     if code.module is not None and "." in code.module:
@@ -294,6 +312,9 @@ def _run_module(spec: Any, name: str, execute: Any) -> types.ModuleType:
     sys.modules[spec.name] = module
     try:
         execute(module)
+    except ConfigError:  # the host's seal refused an import (a changed or unrecorded helper)
+        sys.modules.pop(spec.name, None)
+        raise
     except (Exception, SystemExit) as error:
         sys.modules.pop(spec.name, None)
         raise import_error(name, spec.origin, error) from None
@@ -330,8 +351,11 @@ def _import_parents(code: ProvidedCode, name: str) -> None:
                 "the run's code is"
             )
         if existing is None:
+            _SEALED[package] = code.source
             try:
                 importlib.import_module(package)
+            except ConfigError:  # the host's seal refused it: its own line
+                raise
             except Exception as error:
                 raise import_error(name, package, error) from None
 
@@ -343,12 +367,13 @@ def _same_path(a: Path, b: Path) -> bool:
         return False
 
 
-def _from_file(module: types.ModuleType, file: Path) -> bool:
+def from_file(module: types.ModuleType, file: str | Path) -> bool:
+    """Whether ``module`` was loaded from ``file``."""
     found = module_file(module)
-    return found is not None and _same_path(found, file)
+    return found is not None and _same_path(found, Path(file))
 
 
-def _file_of(module: types.ModuleType) -> str:
+def file_of(module: types.ModuleType) -> str:
     found = module_file(module)
     return str(found) if found is not None else "no file"
 

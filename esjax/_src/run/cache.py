@@ -24,6 +24,7 @@ from typing import Any
 
 from esjax._src.envs import usercode
 from esjax._src.envs.suites import names_code
+from esjax._src.run import imports
 from esjax._src.run.codefiles import folder_digest
 from esjax._src.run.files import atomic_write
 
@@ -152,15 +153,20 @@ def code_digest(name: Any) -> str | None:
     Every ``.py`` file in the folder of the module or file the name points at (an env's
     dynamics often sit in a helper beside its factory): for code a run provided, the folder of
     the file it runs from (:func:`esjax._src.run.codefiles.folder_digest`, the digest the run
-    recorded). Programs kept across processes are keyed by it, so edited code is traced again
-    rather than read back as it was; code with no file behind it is :data:`UNREADABLE_CODE`.
+    recorded), and the modules it imported from the user's folders
+    (:func:`esjax._src.run.imports.digest`). Programs kept across processes are keyed by it,
+    so edited code is traced again rather than read back as it was; code with no file behind
+    it is :data:`UNREADABLE_CODE`.
     """
     if not isinstance(name, str) or not names_code(name):
         return None
     source = name.rpartition(":")[0]
     code = usercode.provided(source)
     if code is not None:
-        return folder_digest(code.file, code.data)
+        folder = folder_digest(code.file, code.data)
+        imported = imports.digest(source)  # the modules it imports from the user's folders
+        return folder if imported is None else hashlib.sha256(
+            f"{folder} {imported}".encode()).hexdigest()  # fmt: skip
     if usercode.is_file_source(source):
         path: Path | None = Path(source)
     else:

@@ -3,16 +3,20 @@
 A task names code as ``module:factory`` or ``file.py:factory`` (an env, or a policy kind).
 When esjax creates a run or a sweep it records, for each such code's source, the file it
 resolved to (a module found through the working directory included), a SHA-256 of that file,
-and one of every ``.py`` file beside it (an env's helpers: what
-:func:`esjax._src.run.cache.code_digest` keys kept programs by). A run keeps its records in
-``code.json``, a sweep in its spec; the trust seal covers them (:mod:`esjax._src.run.trust`), so a
-copied directory cannot forge them.
+one of every ``.py`` file beside it (an env's helpers: what
+:func:`esjax._src.run.cache.code_digest` keys kept programs by), and each module the code
+imported from the user's folders while it was loaded and built, with its file and digest
+(:mod:`esjax._src.run.imports`: a package of helpers beside it, anything on the user's own
+path). A run keeps its records in ``code.json``, a sweep in its spec; the trust seal covers
+them (:mod:`esjax._src.run.trust`), so a copied directory cannot forge them. Records made
+before imports were recorded have none, and read back as they did.
 
-Opening a sealed run uses the records alone. Each recorded file is read once, checked against
-its digests, and executed from those same bytes (:func:`esjax._src.envs.usercode.provide`); a
-module name is never looked up from the working directory, so the run works, and runs the same
-code, from any directory. A file that no longer matches is refused in one line naming it;
-``--trust-code`` takes its new content, and a resume then records it again.
+Opening a sealed run uses the records alone. Each recorded file, imported modules included, is
+read once, checked against its digests, and executed from those same bytes
+(:func:`esjax._src.envs.usercode.provide`, :mod:`esjax._src.run.imports`), never from a
+``__pycache__``; a module name is never looked up from the working directory, so the run
+works, and runs the same code, from any directory. A file that no longer matches is refused in
+one line naming it; ``--trust-code`` takes its new content, and a resume then records it again.
 """
 
 from __future__ import annotations
@@ -30,26 +34,27 @@ from typing import Any
 from esjax._src.envs import usercode
 from esjax._src.envs.suites import names_code
 from esjax._src.envs.usercode import ProvidedCode
+from esjax._src.run import imports
 from esjax._src.run.files import KIB, MIB, atomic_write, read_bytes, read_json
+from esjax._src.run.imports import SOURCE_LIMIT, CodeChanged, ImportRecord
 from esjax._src.specs import policy_kinds
 from esjax._src.specs.config import ConfigError, TaskConfig
 
 CODE = "code.json"
 _FORMAT = "esjax-code"
-# The most a source file, or a record, may hold before it is refused unread.
-SOURCE_LIMIT = 16 * MIB
-RECORDS_LIMIT = 1 * MIB
+# The most a record may hold before it is refused unread; the most code sources a run names,
+# and modules one source's code imports from the user's folders.
+RECORDS_LIMIT = 4 * MIB
 _MAX_RECORDS = 64
+MAX_IMPORTS = 4096
 _HEX = re.compile(r"[0-9a-f]{64}")
-
-
-class CodeChanged(ConfigError):
-    """A recorded code file no longer holds what the run was sealed with."""
+_FIELDS = {"file", "module", "sha256", "folder_sha256"}
 
 
 @dataclass(frozen=True)
 class CodeRecord:
-    """One code source as recorded: its file, its module name and two digests.
+    """One code source as recorded: its file, its module name, two digests, and the modules
+    its code imported from the user's folders.
 
     A module with no file behind it (``__main__`` in a notebook or ``python -c``) is recorded
     by its name alone, without a file or digests: it runs only where such a module is already
@@ -59,17 +64,26 @@ class CodeRecord:
     module: str | None  # the dotted module name; None for a file named by its path
     sha256: str | None  # of the file's bytes
     folder_sha256: str | None  # of every .py file beside it, as code_digest reads them
+    # By module name; None: recorded before esjax recorded imports (nothing is checked).
+    imports: tuple[ImportRecord, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"file": self.file, "module": self.module, "sha256": self.sha256,
-                "folder_sha256": self.folder_sha256}  # fmt: skip
+        fields: dict[str, Any] = {
+            "file": self.file,
+            "module": self.module,
+            "sha256": self.sha256,
+            "folder_sha256": self.folder_sha256,
+        }
+        if self.imports is not None:  # absent from a record made before: its seal still holds
+            fields["imports"] = {record.module: record.to_json() for record in self.imports}
+        return fields  # fmt: skip
 
     @classmethod
     def from_json(cls, value: object, where: str) -> CodeRecord:
         """A record read as data: every field of its kind, or one line naming it."""
-        if not isinstance(value, dict) or set(value) != {"file", "module", "sha256",
-                                                         "folder_sha256"}:  # fmt: skip
+        if not isinstance(value, dict) or set(value) - {"imports"} != _FIELDS:
             raise ConfigError(f"{where}: not a code record")
+        found = _imports_from_json(value["imports"], where) if "imports" in value else None
         file, module = value["file"], value["module"]
         digests = (value["sha256"], value["folder_sha256"])
         if module is not None and (
@@ -77,14 +91,36 @@ class CodeRecord:
         ):
             raise ConfigError(f"{where}: module is not a module name")
         if file is None:
-            if module is None or digests != (None, None):
+            if module is None or digests != (None, None) or found is not None:
                 raise ConfigError(f"{where}: a record without a file names a module alone")
             return cls(None, module, None, None)
-        if not isinstance(file, str) or not os.path.isabs(file) or "\0" in file:
-            raise ConfigError(f"{where}: file is not an absolute path")
+        _check_file(file, where)
         if not all(isinstance(d, str) and _HEX.fullmatch(d) for d in digests):
             raise ConfigError(f"{where}: sha256 and folder_sha256 are not SHA-256 digests")
-        return cls(file, module, *digests)
+        return cls(file, module, *digests, imports=found)
+
+
+def _check_file(file: object, where: str) -> None:
+    if not isinstance(file, str) or not os.path.isabs(file) or "\0" in file:
+        raise ConfigError(f"{where}: file is not an absolute path")
+
+
+def _imports_from_json(value: object, where: str) -> tuple[ImportRecord, ...]:
+    """A record's imports read as data: module names, each with an absolute file and digest."""
+    where = f"{where}: imports"
+    if not isinstance(value, dict) or len(value) > MAX_IMPORTS:
+        raise ConfigError(f"{where}: not a table of imported modules")
+    found = []
+    for module, entry in value.items():
+        if not isinstance(module, str) or not all(p.isidentifier() for p in module.split(".")):
+            raise ConfigError(f"{where}: {module!r:.60} is not a module name")
+        if not isinstance(entry, dict) or set(entry) != {"file", "sha256"}:
+            raise ConfigError(f"{where}: {module}: not a file and its digest")
+        _check_file(entry["file"], f"{where}: {module}")
+        if not isinstance(entry["sha256"], str) or not _HEX.fullmatch(entry["sha256"]):
+            raise ConfigError(f"{where}: {module}: sha256 is not a SHA-256 digest")
+        found.append(ImportRecord(module, entry["file"], entry["sha256"]))
+    return tuple(sorted(found, key=lambda record: record.module))
 
 
 Records = dict[str, CodeRecord]  # by source: what precedes the colon of a code name
@@ -110,10 +146,14 @@ def capture(tasks: Iterable[TaskConfig]) -> Records:
 
 
 def _capture_one(source: str, name: str) -> CodeRecord:
+    """The record of ``source`` as it runs here: provided, with what it imports recorded as it
+    is imported (the user's say-so); nothing of it runs here (the host seals a run again once
+    its code was built: :func:`esjax._src.run.trust.complete_records`)."""
     code = usercode.provided(source) or _read_named(source, name)
     if code is None:
         return CodeRecord(None, source, None, None)
     usercode.provide(code)
+    imports.record_imports(source, name)
     return record_of(code)
 
 
@@ -136,6 +176,7 @@ def _read_named(source: str, name: str) -> ProvidedCode | None:
 
 
 def _read_source(file: Path, name: str) -> bytes:
+    """``file``'s bytes, read once, bounded; one line naming ``name`` when they cannot be."""
     try:
         return read_bytes(file, SOURCE_LIMIT)
     except FileNotFoundError:
@@ -146,8 +187,22 @@ def _read_source(file: Path, name: str) -> bytes:
 
 def record_of(code: ProvidedCode) -> CodeRecord:
     """The record of code about to run: its file, module and the digests of its bytes and
-    of the ``.py`` files beside it (the file itself counted as ``code.data``)."""
-    return CodeRecord(str(code.file), code.module, code.sha256, folder_digest(code.file, code.data))
+    of the ``.py`` files beside it (the file itself counted as ``code.data``), and the modules
+    it has imported from the user's folders so far."""
+    folder = folder_digest(code.file, code.data)
+    return CodeRecord(str(code.file), code.module, code.sha256, folder,
+                      imports=imports.recorded(code.source))  # fmt: skip
+
+
+def current_records(tasks: Iterable[TaskConfig]) -> Records:
+    """The records of the code ``tasks`` name as it runs in this process now (provided code
+    only; nothing is read or loaded): what a run's records should hold once its code was built."""
+    found: Records = {}
+    for source in code_sources(tasks):
+        code = usercode.provided(source)
+        if code is not None:
+            found[source] = record_of(code)
+    return found
 
 
 def folder_digest(file: Path, data: bytes | None = None) -> str:
@@ -203,13 +258,55 @@ def verify(
                 )
             now[source] = record
             continue
-        code = _recorded_code(source, record, name)
-        current = record_of(code)
-        if current != record and not accept:
-            raise CodeChanged(_changed(where, name, record, current))
-        usercode.provide(code)
-        now[source] = current
+        now[source] = _verify_one(source, name, record, accept=accept, where=where)
     return now
+
+
+def _verify_one(
+    source: str, name: str, record: CodeRecord, *, accept: bool, where: str
+) -> CodeRecord:
+    """:func:`verify` of one recorded file and what its code imports; its record as it is now."""
+    code = _recorded_code(source, record, name)
+    digests = (code.sha256, folder_digest(code.file, code.data))
+    if digests != (record.sha256, record.folder_sha256) and not accept:
+        raise CodeChanged(_changed(where, name, record, digests[0]))
+    checked = _checked_imports(record, name, accept=accept, where=where)
+    usercode.provide(code)
+    # Recorded before imports were, or taken as it is now by the user: what it imports is
+    # recorded as it is imported; else checked against the records.
+    recording = record.imports is None or accept
+    imports.check_imports(source, name, None if recording else where, checked)
+    now = None if record.imports is None else tuple(found for found, _ in checked.values())
+    return CodeRecord(str(code.file), code.module, *digests, imports=now)
+
+
+def _checked_imports(
+    record: CodeRecord, name: str, *, accept: bool, where: str
+) -> dict[str, tuple[ImportRecord, bytes]]:
+    """Each module ``record``'s code imported, read once and compared with its digest: a
+    change is one line naming the file, unless ``accept`` (a file gone is then left out)."""
+    checked = {}
+    for recorded in record.imports or ():
+        file = Path(recorded.file)
+        try:
+            data = read_bytes(file, SOURCE_LIMIT)
+        except FileNotFoundError:
+            if accept:
+                continue
+            raise CodeChanged(
+                f"{file} is gone since {where} was sealed (its code {name!r} imports it as "
+                f"{recorded.module}); pass --trust-code to run the code without it"
+            ) from None
+        except OSError as error:
+            raise ConfigError(f"{file}: cannot read it ({error.strerror or error})") from None
+        now = ImportRecord(recorded.module, recorded.file, imports.sha256_of(data))
+        if now.sha256 != recorded.sha256 and not accept:
+            raise CodeChanged(
+                f"{file} has changed since {where} was sealed (its code {name!r} imports it as "
+                f"{recorded.module}); read it, then pass --trust-code to run it as it is now"
+            )
+        checked[recorded.module] = (now, data)
+    return checked
 
 
 def _recorded_code(source: str, record: CodeRecord, name: str) -> ProvidedCode:
@@ -223,8 +320,8 @@ def _recorded_code(source: str, record: CodeRecord, name: str) -> ProvidedCode:
     return ProvidedCode(source, file, record.module, _read_source(file, name))
 
 
-def _changed(where: str, name: str, record: CodeRecord, now: CodeRecord) -> str:
-    if now.sha256 != record.sha256:
+def _changed(where: str, name: str, record: CodeRecord, sha256: str) -> str:
+    if sha256 != record.sha256:
         what = f"{record.file} has changed"
     else:
         what = f"a .py file beside {record.file} has changed"

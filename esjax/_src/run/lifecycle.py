@@ -531,6 +531,8 @@ class Run:
         left is no longer finished: its old ``summary.json`` goes before anything runs.
         """
         self._engine = engine
+        if self.writer:  # the engine built the run's code: what that imported is recorded
+            trust.complete_records(self.run_dir, self.config.task, writer=True)
         template = engine.init(jnp.asarray(self.seed_ids, jnp.int32))
         fresh = fresh_host(engine, template, len(self.seed_ids))
         if self.resumed and runs.has_checkpoint(self.run_dir):

@@ -523,14 +523,8 @@ def read_policy(
     in a file decides it), else by ``config``'s sizes (the run's config when the caller has
     read it), else by the machine.
     """
-    if which not in POLICIES:
-        raise ConfigError(f"unknown policy {which!r}; choose from {', '.join(POLICIES)}")
-    path = Path(run_dir) / POLICIES[which]
-    limit = _policy_limit(run_dir, config, shape)
-    _, meta, arrays = _unpack(path, "policy", limit)
-    params = arrays.get("params")
-    if params is None or params.ndim != 2:
-        raise ConfigError(f"{path}: no params of shape (seeds, parameters)")
+    path, meta, arrays = _read_policy_file(run_dir, which, config, shape)
+    params = arrays["params"]
     count = params.shape[0]
     if not 0 <= seed < count:
         raise ConfigError(f"{run_dir}: seed index {seed} out of range; the run has {count} seed(s)")
@@ -543,6 +537,27 @@ def read_policy(
             raise ConfigError(f"{path}: obs_mean and obs_std are not one vector per seed")
         stats = (mean[seed], std[seed])
     return meta, params[seed].astype(np.float32), stats
+
+
+def policy_seed_count(run_dir: str | Path, config: RunConfig) -> int:
+    """How many seeds the run's final policy file holds (its params' first axis): what a
+    config's ``seeds`` is checked against before anything iterates over them."""
+    return int(_read_policy_file(run_dir, "final", config, None)[2]["params"].shape[0])
+
+
+def _read_policy_file(
+    run_dir: str | Path, which: str, config: RunConfig | None, shape: tuple[int, int] | None
+) -> tuple[Path, dict[str, Any], dict[str, np.ndarray]]:
+    """``(path, meta, arrays)`` of a policy file, bounded as :func:`read_policy` says, with
+    params of shape (seeds, parameters)."""
+    if which not in POLICIES:
+        raise ConfigError(f"unknown policy {which!r}; choose from {', '.join(POLICIES)}")
+    path = Path(run_dir) / POLICIES[which]
+    _, meta, arrays = _unpack(path, "policy", _policy_limit(run_dir, config, shape))
+    params = arrays.get("params")
+    if params is None or params.ndim != 2:
+        raise ConfigError(f"{path}: no params of shape (seeds, parameters)")
+    return path, meta, arrays
 
 
 def _policy_limit(

@@ -62,7 +62,9 @@ def make_test_rollout(
     """
     config = runs.read_run_config(run_dir)
     trust.check_run(run_dir, config.task)  # before its env is made: a run is data until trusted
-    return config, shared_rollout(config.task, split=split, source=str(run_dir))
+    rollout = shared_rollout(config.task, split=split, source=str(run_dir))
+    trust.complete_records(run_dir, config.task, writer=False)  # what building it imported
+    return config, rollout
 
 
 @functools.lru_cache(maxsize=8)

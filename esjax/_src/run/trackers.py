@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from esjax._src.run import runs
 from esjax._src.run.files import open_regular, parse_json
 from esjax._src.specs.config import ConfigError
+from esjax._src.specs.foreign import spreadsheet_text
 
 BACKENDS = ("tensorboard", "wandb", "mlflow")
 _MODULES = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
@@ -305,6 +306,8 @@ def metrics_csv(run_dir: str | Path) -> str:
 
     Columns are the union of the rows' fields in first-seen order (evaluation columns are
     empty in generations without an evaluation); non-finite numbers are written as ``nan``.
+    A field's name or text value that a spreadsheet would run as a formula (``=HYPERLINK(...)``
+    as a metrics key) is written as text (:func:`esjax._src.specs.foreign.spreadsheet_text`).
     """
     columns: list[str] = []
     for row in runs.iter_metrics(run_dir):  # two passes over the stream: no list of rows
@@ -312,10 +315,10 @@ def metrics_csv(run_dir: str | Path) -> str:
         if len(columns) > MAX_CSV_COLUMNS:
             raise ConfigError(f"{run_dir}: metrics rows of more than {MAX_CSV_COLUMNS} fields")
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, restval="", lineterminator="\n")
-    writer.writeheader()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow([spreadsheet_text(column) for column in columns])
     for row in runs.iter_metrics(run_dir):
-        writer.writerow({k: _csv_value(v) for k, v in row.items()})
+        writer.writerow([_csv_value(row.get(column)) for column in columns])
     return buffer.getvalue()
 
 
@@ -340,6 +343,8 @@ def write_metrics_csv(run_dir: str | Path, target: str | Path | None = None) -> 
 def _csv_value(value: Any) -> Any:
     if value is None:
         return ""
+    if isinstance(value, str):
+        return spreadsheet_text(value)
     if isinstance(value, float) and not math.isfinite(value):
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     return value

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import jax
 
+from esjax._src.engine import preflight
 from esjax._src.engine.tasks import forget_shared_rollouts, shared_rollout
 from esjax._src.run import codefiles, memory
 from esjax._src.run.cache import UNREADABLE_CODE, code_digest, remembered
@@ -40,6 +41,24 @@ if TYPE_CHECKING:  # the engine imports evosax, which starts JAX's backend on im
 
 
 # ---------------------------------------------------------------------------- resolving a run
+def capture_code(task: TaskConfig, name: str) -> None:
+    """Read the files of the code ``task`` names, once, and make those bytes what runs, with
+    what they import recorded as it is imported: what runs is what the run records
+    (:func:`esjax._src.run.codefiles.capture`)."""
+    try:
+        codefiles.capture([task])
+    except ConfigError as error:
+        raise ConfigError(f"{name}: {error}") from None
+
+
+def checked_start(
+    task: str | Path | None, overrides: Sequence[str] = (), **options: Any
+) -> TaskConfig | None:
+    """:func:`esjax._src.engine.preflight.checked_start`, with the task's code read and
+    provided by :func:`capture_code` before the check makes its env."""
+    return preflight.checked_start(task, overrides, prepare=capture_code, **options)
+
+
 def resolve_config(
     task: str | Path | TaskConfig | TaskTable,
     *,
@@ -57,10 +76,7 @@ def resolve_config(
     task names are read once first, so what runs is what the run records.
     """
     loaded = load_task(task, list(overrides))
-    try:
-        codefiles.capture([loaded.task])
-    except ConfigError as error:
-        raise ConfigError(f"{loaded.name}: {error}") from None
+    capture_code(loaded.task, loaded.name)
     config, notes = backend_modules().resolve.resolve_task(
         loaded, strategy=strategy, popsize=popsize, generations=generations,
         rollouts=rollouts, seed=seed, seeds=seeds, overrides=overrides,

@@ -255,6 +255,27 @@ def check_run(
                 raise
 
 
+def complete_records(run_dir: str | Path, task: TaskConfig, *, writer: bool) -> None:
+    """After a run's code was built (its env, its policy): seal it again when it imported a
+    module its records lack (one its factory imports, first seen here), where this user may
+    (a ``writer``, or a run they trusted). A run whose code imported only what it recorded, or
+    that this user has not trusted, is left as it is."""
+    if not code_names([task]) or not (writer or _granted(run_dir)):
+        return
+    try:
+        stored = codefiles.read_records(run_dir)
+    except (OSError, ConfigError):
+        return
+    now = codefiles.current_records([task])
+    if stored is None or now == {s: r for s, r in stored.items() if s in now}:
+        return
+    try:
+        seal_run(run_dir, task)
+    except OSError:
+        if writer:
+            raise
+
+
 def _run_records(run_dir: str | Path, trusted: bool) -> Records | None:
     """The run's records; malformed ones are one line, unless the user trusts the run (its
     code is then found by name and recorded again)."""

@@ -18,7 +18,7 @@ import stat
 import tomllib
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -306,6 +306,67 @@ class ParamDistribution:
             )
 
 
+# Where a parameter of a physical env must lie for the env to simulate it and esjax to draw it:
+# a length or a time step of 0 divides by zero in the dynamics, and a negative mass has no
+# radius to draw. A pendulum's mass may be negative: its sign flips the actuator, a variant
+# pendulum-sign trains on.
+PARAM_DOMAINS: dict[str, dict[str, str]] = {
+    "CartPole-v1": {"masscart": "positive", "masspole": "non-negative", "length": "positive",
+                    "tau": "positive"},
+    "Pendulum-v1": {"m": "nonzero", "l": "positive", "dt": "positive"},
+    "Acrobot-v1": {"link_length_1": "positive", "link_length_2": "positive",
+                   "link_mass_1": "non-negative", "link_mass_2": "non-negative",
+                   "link_moi": "positive", "dt": "positive"},
+}  # fmt: skip
+# Whether a closed interval [low, high] of values lies inside each domain.
+_DOMAIN_HOLDS: dict[str, Callable[[float, float], bool]] = {
+    "positive": lambda low, high: low > 0,
+    "non-negative": lambda low, high: low >= 0,
+    "nonzero": lambda low, high: low > 0 or high < 0,
+}
+_DOMAIN_WORDS = {"positive": "above 0", "non-negative": "0 or more", "nonzero": "other than 0"}
+
+
+def check_param_values(env: object, values: Mapping[str, Any], where: str) -> None:
+    """The one guard on fixed env parameters, wherever they come from (a task file, ``--set``,
+    a run's ``config.json``, ``render --param``, a grid's axis): each number finite and inside
+    the range its env can simulate and draw (:data:`PARAM_DOMAINS`); else one line naming it."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            continue  # a switch, or not a number: the env's own types say what it takes
+        if not math.isfinite(value):
+            raise ConfigError(_at(where, f"{name} = {value!r} is not a finite number"))
+        _check_in_domain(env, name, float(value), float(value), f"{name} = {value!r}", where)
+
+
+def check_param_ranges(
+    env: object, distributions: Mapping[str, ParamDistribution], where: str
+) -> None:
+    """:func:`check_param_values` for what a sampler or a split draws: every value each
+    distribution can give lies inside its parameter's range."""
+    for name, dist in distributions.items():
+        if dist.dist == "choice":
+            for value in dist.values:
+                check_param_values(env, {name: value}, where)
+            continue
+        spans = [(dist.low, dist.high)]
+        if dist.dist == "random_sign":
+            spans.append((-dist.high, -dist.low))
+        for low, high in spans:
+            _check_in_domain(env, name, low, high, f"{name} from {low:g} to {high:g}", where)
+
+
+def _check_in_domain(
+    env: object, name: str, low: float, high: float, what: str, where: str
+) -> None:
+    domain = PARAM_DOMAINS.get(env, {}).get(name) if isinstance(env, str) else None
+    if domain is not None and not _DOMAIN_HOLDS[domain](low, high):
+        raise ConfigError(
+            _at(where, f"{what}: {env} cannot simulate or draw it ({name} must be "
+                       f"{_DOMAIN_WORDS[domain]})")
+        )  # fmt: skip
+
+
 @dataclass(frozen=True)
 class PolicyConfig:
     """A task's ``[policy]`` table: the kind, what it is shown, how its outputs are read, and
@@ -586,6 +647,13 @@ class TaskConfig:
         return split_strategy_settings(self.strategy_settings)[1]
 
     def validate(self, where: str) -> None:
+        # Read from a task file, --set or a run's config.json alike: every command is guarded.
+        check_param_values(self.env, self.env_params, _child(where, "env_params"))
+        for name, distributions in [
+            ("env_sampler", self.env_sampler),
+            *((f"splits.{split}", table) for split, table in self.splits.items()),
+        ]:
+            check_param_ranges(self.env, distributions, _child(where, name))
         if self.chunk_size is not None:
             _require(
                 self.chunk_size > 0,
