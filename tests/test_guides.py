@@ -34,7 +34,7 @@ from test_readme_tour import SHRINKERS, cli, missing_extra
 
 REPO = Path(__file__).resolve().parents[1]
 GUIDES = sorted((REPO / "docs").glob("*.md"))
-PAGES = GUIDES
+PAGES = [REPO / "README.md", *GUIDES]
 # A fenced block: its language, its info string's attributes, its body.
 BLOCK = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```", re.DOTALL | re.MULTILINE)
 TITLE = re.compile(r'title="([^"]+)"')
