@@ -9,7 +9,8 @@ command reads the runs the earlier ones wrote. Sizes are shrunk by rules per sub
 The guides' commands and every Python block of README and the guides run by the same rules in
 ``tests/test_guides.py``.
 
-A few commands cannot run as written here: they read a file or run no earlier command makes.
+A block titled as a file is written into that directory first, as the reader writes it. A few
+commands cannot run as written here: they read a file or run no earlier command makes.
 :data:`PREPARED` names each such README line and what is made for it first; an entry whose
 line is no longer in README fails too, so the list cannot go stale. A command whose optional
 extra is not installed must fail in one line naming the extra (:data:`EXTRA_MODULES`).
@@ -144,22 +145,8 @@ SHRINKERS: dict[str, Callable[[list[str]], list[str]]] = {
 
 
 # ---------------------------------------------------------------------------- what README assumes
-TASK_FILES = Path(__file__).resolve().parents[1] / "docs" / "task-files.md"
-
-
-def write_task_file(workdir: Path) -> None:
-    """``my_task.toml``: the task file docs/task-files.md has the reader write (its block
-    titled so), which README's line trains."""
-    text = TASK_FILES.read_text()
-    body = re.search(r'^```toml title="my_task.toml"\n(.*?)^```', text, re.DOTALL | re.MULTILINE)
-    assert body, "docs/task-files.md no longer shows my_task.toml"
-    (workdir / "my_task.toml").write_text(body.group(1))
-
-
 # README line -> what is made before it runs (in the working directory).
-PREPARED: dict[str, Callable[[Path], None]] = {
-    "esjax evolve my_task.toml --set policy.hidden=[16,16]": write_task_file,
-}
+PREPARED: dict[str, Callable[[Path], None]] = {}
 
 
 def missing_extra(args: list[str]) -> str | None:
@@ -174,10 +161,18 @@ def missing_extra(args: list[str]) -> str | None:
 COMMANDS = readme_commands(README.read_text())
 
 
+# A block titled as a file (```toml title="my_net_task.toml"```): one README has the reader write.
+TITLED_BLOCK = re.compile(r'^```\w+ title="([^"]+)"\n(.*?)^```', re.DOTALL | re.MULTILINE)
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
-    """One working directory for the whole tour: later commands read earlier runs."""
-    return tmp_path_factory.mktemp("tour")
+    """One working directory for the whole tour: later commands read earlier runs, and the
+    files README has the reader write are there from the start."""
+    folder = tmp_path_factory.mktemp("tour")
+    for name, body in TITLED_BLOCK.findall(README.read_text()):
+        (folder / name).write_text(body)
+    return folder
 
 
 def test_readme_has_a_tour():
