@@ -15,7 +15,7 @@ evosax's own for the rest. Columns:
 * ask + tell: their share of one generation of one seed, each part (ask, rollout, tell)
   compiled alone and timed as the median of 5 calls.
 
-    nice -n 5 python benchmarks/strategies.py --out /tmp/strategies.jsonl   # the README table
+    nice -n 5 python benchmarks/strategies.py --out /tmp/strategies.jsonl  # its page
     python benchmarks/strategies.py --tasks cartpole --algorithms xNES PSO --generations 5
 """
 

@@ -3,8 +3,9 @@
 A module's layer is the sub-package of ``esjax/_src/`` it sits in (``esjax/_src/run/files.py`` is
 in ``run``), ranked in
 the order data flows: specs → envs → policies → strategies → rollout → engine → run → analysis
-→ cli. README's Architecture and ``docs/api/`` list the same folders and modules, checked here,
-so the map is kept in one place: the tree itself.
+→ cli. ``docs/api/`` has a page per folder rendering every module, and the module list
+(docs/api/index.md) is made from the modules' own docstrings, both checked here, so the map is
+kept in one place: the tree itself.
 
 esjax's own imports are read from the source with ``ast``, those inside functions included
 (an import in a function is still a dependency, only a later one), so a cycle cannot hide
@@ -14,6 +15,7 @@ behind a deferred import.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 import subprocess
 import sys
@@ -252,25 +254,45 @@ def test_the_api_reference_has_a_page_per_folder_listing_its_modules():
         )
 
 
-def test_readmes_architecture_lists_each_folder_and_its_modules():
-    """README's Architecture has a heading per folder, in the order of LAYERS, and under each
-    a bullet for every module of that folder and no other."""
-    text = (REPO / "README.md").read_text()
-    section = text.split("## Architecture", 1)[1].split("\n## ", 1)[0]
-    heading = re.compile(r"^\*\*`esjax/_src/(\w+)/`", re.MULTILINE)
-    assert heading.findall(section) == LAYERS
-    bodies = heading.split(section)[2::2]
-    for folder, body in zip(LAYERS, bodies, strict=True):
-        bullets = re.findall(r"^- `(\w+)`", body, re.MULTILINE)
-        expected = [m.split(".")[1] for m in modules() if layer(m) == folder and "." in m]
-        missing = sorted(set(expected) - set(bullets))
-        assert not missing, (
-            f"README.md's Architecture: add a bullet '- `{missing[0]}`: ...' under "
-            f"**`esjax/{folder}/`** (CONTRIBUTING.md's Describe step)"
+def module_list_tool():
+    """``tools/module_list.py``, which makes the module list of docs/api/index.md from the
+    modules' docstrings when the site is built."""
+    spec = importlib.util.spec_from_file_location("module_list", REPO / "tools" / "module_list.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+# The longest first paragraph a module's docstring may open with: one line of the module list.
+SUMMARY_LIMIT = 200
+
+
+def test_every_module_says_what_it_is_in_the_first_paragraph_of_its_docstring():
+    """The module list is each module's first docstring paragraph, so a module without one
+    would be listed blank, and one that opens with a whole page would swamp the list."""
+    tool = module_list_tool()
+    for path in modules().values():
+        summary = tool.summary(path)
+        where = path.relative_to(REPO)
+        assert summary, (
+            f"{where}: open the module with a docstring whose first paragraph says what it is "
+            "(the recipe's Write step: it is the module's line in docs/api/index.md)"
         )
-        assert sorted(bullets) == sorted(expected), (
-            f"README.md's Architecture, esjax/{folder}/: {bullets}"
+        assert len(summary) <= SUMMARY_LIMIT, (
+            f"{where}: the docstring's first paragraph is {len(summary)} characters; keep it "
+            f"to one sentence of at most {SUMMARY_LIMIT} (it is the module's line in the list)"
         )
+
+
+def test_the_module_list_has_each_folder_and_each_of_its_modules_once():
+    tool = module_list_tool()
+    assert tool.LAYERS == LAYERS
+    listed = re.findall(r"^\| \[`(\w+)`\]\((\w+)\.md", tool.module_list(), re.MULTILINE)
+    expected = [(m.split(".")[1], layer(m)) for m in modules() if "." in m]
+    assert sorted(listed) == sorted(expected)
+    page = (REPO / "docs" / "api" / "index.md").read_text()
+    assert tool.MARKER in page, "docs/api/index.md lost the marker the module list replaces"
+    assert "tools/module_list.py" in (REPO / "mkdocs.yml").read_text()
 
 
 def _top_level(tree: ast.Module) -> set[int]:

@@ -6,7 +6,11 @@ option, preset or run file would break it silently. Each command runs in this pr
 command reads the runs the earlier ones wrote. Sizes are shrunk by rules per subcommand
 (:data:`SHRINKERS`); a subcommand without a rule fails the test rather than being skipped.
 
-A few commands cannot run as written here: they read a file or run no earlier command makes.
+The guides' commands and every Python block of README and the guides run by the same rules in
+``tests/test_guides.py``.
+
+A block titled as a file is written into that directory first, as the reader writes it. A few
+commands cannot run as written here: they read a file or run no earlier command makes.
 :data:`PREPARED` names each such README line and what is made for it first; an entry whose
 line is no longer in README fails too, so the list cannot go stale. A command whose optional
 extra is not installed must fail in one line naming the extra (:data:`EXTRA_MODULES`).
@@ -26,10 +30,11 @@ import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BASH_BLOCK = re.compile(r"^```bash\n(.*?)^```", re.DOTALL | re.MULTILINE)
-TOML_BLOCK = re.compile(r"^```toml\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 # Upper bounds on sizes README gives, and the sizes added where it gives none.
 CAPS = {"--seeds": 2, "--popsize": 16, "--generations": 2, "--rollouts": 2, "--episodes": 4}
+# The generations a resume runs to, at most: two more than a tiny run's.
+RESUMED = 4
 TINY_RUN = {"--popsize": "16", "--generations": "2", "--rollouts": "2"}
 TINY_TASK = {
     "episode_length": "16",
@@ -92,9 +97,14 @@ def capped(args: list[str]) -> list[str]:
 
 
 def tiny_run(args: list[str]) -> list[str]:
-    """An ``evolve`` or ``sweep``: few members, generations and steps; a resume as it is."""
+    """An ``evolve`` or ``sweep``: few members, generations and steps; a resume keeps the run's
+    own sizes and goes :data:`RESUMED` generations further at most."""
     if "--resume" in args:
-        return args
+        out = list(args)
+        for i, word in enumerate(out[:-1]):
+            if word in ("--generations", "-g") and out[i + 1].isdigit():
+                out[i + 1] = str(min(int(out[i + 1]), RESUMED))
+        return out
     out = capped(args)
     for option, value in TINY_RUN.items():
         out += [] if option in out else [option, value]
@@ -135,34 +145,8 @@ SHRINKERS: dict[str, Callable[[list[str]], list[str]]] = {
 
 
 # ---------------------------------------------------------------------------- what README assumes
-def write_readme_task(workdir: Path) -> None:
-    """``my_task.toml``: the task README shows under *Task presets*."""
-    (workdir / "my_task.toml").write_text(TOML_BLOCK.findall(README.read_text())[0])
-
-
-def stand_in_run(out: str, *options: str) -> Callable[[Path], None]:
-    """A tiny cartpole run at ``out``, standing in for one README assumes was made."""
-
-    def make(workdir: Path) -> None:
-        code, output = cli(tiny_run(["evolve", "cartpole", "--out", out, *options]))
-        assert code == 0, output
-
-    return make
-
-
 # README line -> what is made before it runs (in the working directory).
-PREPARED: dict[str, Callable[[Path], None]] = {
-    # README's own example task, saved under the name the line uses.
-    "esjax evolve my_task.toml --set policy.hidden=[16,16] --set evaluation.every=5": (
-        write_readme_task
-    ),
-    # A Craftax run would take minutes to compile; the baseline comparison is the same on cartpole.
-    "esjax eval runs/craftax --baseline random": stand_in_run("runs/craftax"),
-    # The second run of the comparison: cartpole with its default strategy, which no line makes.
-    "esjax plot runs/cartpole-pgpe runs/cartpole-open_es --x env_steps --out compare.png": (
-        stand_in_run("runs/cartpole-open_es", "--strategy", "open_es")
-    ),
-}
+PREPARED: dict[str, Callable[[Path], None]] = {}
 
 
 def missing_extra(args: list[str]) -> str | None:
@@ -177,10 +161,18 @@ def missing_extra(args: list[str]) -> str | None:
 COMMANDS = readme_commands(README.read_text())
 
 
+# A block titled as a file (```toml title="my_net_task.toml"```): one README has the reader write.
+TITLED_BLOCK = re.compile(r'^```\w+ title="([^"]+)"\n(.*?)^```', re.DOTALL | re.MULTILINE)
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
-    """One working directory for the whole tour: later commands read earlier runs."""
-    return tmp_path_factory.mktemp("tour")
+    """One working directory for the whole tour: later commands read earlier runs, and the
+    files README has the reader write are there from the start."""
+    folder = tmp_path_factory.mktemp("tour")
+    for name, body in TITLED_BLOCK.findall(README.read_text()):
+        (folder / name).write_text(body)
+    return folder
 
 
 def test_readme_has_a_tour():
@@ -224,8 +216,8 @@ PYTHON_SIZES = {"popsize": 16, "generations": 2}
 
 def trainer_example(text: str) -> str:
     """README's first Python block: a user's env object and flax module, trained from Python."""
-    blocks = PYTHON_BLOCK.findall(text.split("### Python API", 1)[1])
-    assert blocks and "esjax.Trainer(" in blocks[0], "README's Python API lost its Trainer"
+    blocks = PYTHON_BLOCK.findall(text.split("\n## Python\n", 1)[1])
+    assert blocks and "esjax.Trainer(" in blocks[0], "README's Python section lost its Trainer"
     return blocks[0]
 
 

@@ -1,12 +1,13 @@
-"""CONTRIBUTING.md's recipes, followed literally.
+"""The recipes CONTRIBUTING.md links (docs/contributing/), followed literally.
 
-Every path the page names exists (one with ``NAME`` in it stands for a file of that pattern that
-exists, such as ``esjax/_src/envs/suite_NAME.py`` for ``suite_navix.py``). And in a copy of the
-repository, the suite recipe adds the toy suite (tests/data/toy_suite.py) and the strategy
-recipe the toy strategy (tests/data/toy_strategy.py) inside ``esjax/``, each with exactly the
-steps its recipe lists, read off the page (a numbered step in bold: **Write**, **Register**,
-...), no more and no fewer; then the layout, registry, preset and docs checks pass in the copy
-and ``mypy`` passes on the package with both toys in it.
+Every path CONTRIBUTING.md and the recipe pages name exists (one with ``NAME`` in it stands for
+a file of that pattern that exists, such as ``esjax/_src/envs/suite_NAME.py`` for
+``suite_navix.py``), and CONTRIBUTING.md links each recipe page. In a copy of the repository,
+the suite recipe adds the toy suite (tests/data/toy_suite.py) and the strategy recipe the toy
+strategy (tests/data/toy_strategy.py) inside ``esjax/_src/``, each with exactly the steps its
+page lists, read off the page (a numbered step in bold: **Write**, **Register**, ...), no more
+and no fewer; then the layout, registry, preset and docs checks pass in the copy and ``mypy``
+passes on the package with both toys in it.
 """
 
 from __future__ import annotations
@@ -23,35 +24,39 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "CONTRIBUTING.md"
+RECIPES = REPO / "docs" / "contributing"
+SUITE_RECIPE, KIND_RECIPE, STRATEGY_RECIPE = (
+    RECIPES / f"{name}.md" for name in ("env-suite", "policy-kind", "strategy")
+)
 DATA = REPO / "tests" / "data"
 # What a copy leaves out: builds, caches and the environment, none of which a recipe touches.
 SKIP = {".git", ".venv", "__pycache__", "build", "dist", "site", "runs", ".pytest_cache",
         ".ruff_cache", ".mypy_cache"}  # fmt: skip
 
 
-def sections() -> dict[str, str]:
-    """The page's ``## `` sections by heading."""
-    parts = re.split(r"^## (.+)$", PAGE.read_text(), flags=re.MULTILINE)
-    return {heading: body for heading, body in zip(parts[1::2], parts[2::2], strict=True)}
-
-
-def steps(heading: str) -> list[tuple[str, str]]:
-    """``(verb, file)`` of each numbered bold step of a recipe: the file is its first path."""
-    body = next(body for title, body in sections().items() if title.startswith(heading))
-    found = re.findall(r"^\d+\. \*\*(\w+)\*\*.*?`([^`]+)`", body, re.MULTILINE)
+def steps(page: Path) -> list[tuple[str, str]]:
+    """``(verb, file)`` of each numbered bold step of a recipe page: the file is its first path."""
+    found = re.findall(r"^\d+\. \*\*(\w+)\*\*.*?`([^`]+)`", page.read_text(), re.MULTILINE)
     return [(verb, path) for verb, path in found]
 
 
-def test_every_path_the_page_names_exists():
+def test_contributing_links_each_recipe_page():
+    text = PAGE.read_text()
+    for recipe in (SUITE_RECIPE, KIND_RECIPE, STRATEGY_RECIPE):
+        assert f"]({recipe.relative_to(REPO)})" in text, f"CONTRIBUTING.md: link {recipe.name}"
+
+
+def test_every_path_the_pages_name_exists():
+    text = "".join(p.read_text() for p in (PAGE, SUITE_RECIPE, KIND_RECIPE, STRATEGY_RECIPE))
     named = set(re.findall(r"`((?:esjax|tests|docs|tasks|benchmarks)/[\w./-]+|[\w-]+\.toml)`",
-                           PAGE.read_text()))  # fmt: skip
+                           text))  # fmt: skip
     assert len(named) > 15
     missing = []
     for path in sorted(named):
         pattern = re.sub(r"NAME|ENV|FOLDER|MODULE|FILE", "*", path)
         if not list(REPO.glob(pattern)):
             missing.append(path)
-    assert not missing, f"CONTRIBUTING.md names paths that do not exist: {missing}"
+    assert not missing, f"CONTRIBUTING.md and its recipes name paths that do not exist: {missing}"
 
 
 def test_a_wrong_path_would_be_found():
@@ -67,26 +72,10 @@ def insert_after(path: Path, anchor: str, text: str) -> None:
     path.write_text("".join([*lines[: at + 1], text, *lines[at + 1 :]]))
 
 
-def architecture_bullet(folder: str, module: str) -> Callable[[Path], None]:
-    """A bullet for ``module`` under README's Architecture heading of ``folder``."""
-
-    def add(copy: Path) -> None:
-        readme = copy / "README.md"
-        text = readme.read_text()
-        heading = f"**`esjax/{folder}/`**"
-        start = text.index(heading, text.index("## Architecture"))
-        blank = text.index("\n\n", start) + 2
-        readme.write_text(
-            f"{text[:blank]}- `{module}`: a toy, added by its recipe.\n{text[blank:]}"
-        )
-
-    return add
-
-
 def api_line(folder: str, module: str) -> Callable[[Path], None]:
     def add(copy: Path) -> None:
         page = copy / "docs" / "api" / f"{folder}.md"
-        page.write_text(page.read_text().rstrip("\n") + f"\n\n::: esjax.{folder}.{module}\n")
+        page.write_text(page.read_text().rstrip("\n") + f"\n\n::: esjax._src.{folder}.{module}\n")
 
     return add
 
@@ -107,22 +96,21 @@ def ship_toy_preset(copy: Path) -> None:
 
 SUITE_STEPS: dict[tuple[str, str], Callable[[Path], None]] = {
     ("Write", "esjax/_src/envs/suite_NAME.py"): lambda copy: shutil.copy(
-        DATA / "toy_suite.py", copy / "esjax" / "envs" / "suite_toy.py"
+        DATA / "toy_suite.py", copy / "esjax" / "_src" / "envs" / "suite_toy.py"
     ),
     ("Register", "esjax/_src/envs/suites.py"): lambda copy: insert_after(
-        copy / "esjax" / "envs" / "suites.py",
+        copy / "esjax" / "_src" / "envs" / "suites.py",
         "SUITE_MODULES: tuple",
         '    "esjax._src.envs.suite_toy",\n',
     ),
     ("Document", "docs/api/envs.md"): api_line("envs", "suite_toy"),
-    ("Describe", "README.md"): architecture_bullet("envs", "suite_toy"),
     ("Declare", "pyproject.toml"): declare_toy_extra,
     ("Ship", "tasks/NAME-ENV.toml"): ship_toy_preset,
 }
 
 
 def register_toy_strategy(copy: Path) -> None:
-    algorithms = copy / "esjax" / "strategies" / "algorithms.py"
+    algorithms = copy / "esjax" / "_src" / "strategies" / "algorithms.py"
     insert_after(
         algorithms,
         "from esjax._src.strategies.lowrank_es import",
@@ -136,17 +124,16 @@ def register_toy_strategy(copy: Path) -> None:
 
 STRATEGY_STEPS: dict[tuple[str, str], Callable[[Path], None]] = {
     ("Write", "esjax/_src/strategies/NAME.py"): lambda copy: shutil.copy(
-        DATA / "toy_strategy.py", copy / "esjax" / "strategies" / "keyed.py"
+        DATA / "toy_strategy.py", copy / "esjax" / "_src" / "strategies" / "keyed.py"
     ),
     ("Register", "esjax/_src/strategies/algorithms.py"): register_toy_strategy,
     ("Document", "docs/api/strategies.md"): api_line("strategies", "keyed"),
-    ("Describe", "README.md"): architecture_bullet("strategies", "keyed"),
 }
 
 
 def test_the_recipes_list_exactly_the_steps_followed_here():
-    assert steps("An env suite") == list(SUITE_STEPS)
-    assert steps("A strategy") == list(STRATEGY_STEPS)
+    assert steps(SUITE_RECIPE) == list(SUITE_STEPS)
+    assert steps(STRATEGY_RECIPE) == list(STRATEGY_STEPS)
 
 
 def run(copy: Path, *command: str) -> subprocess.CompletedProcess:
@@ -159,7 +146,7 @@ def followed(tmp_path_factory) -> Path:
     """A copy of the repository with both recipes followed, step by step, as the page lists."""
     copy = tmp_path_factory.mktemp("recipes") / "esjax-copy"
     shutil.copytree(REPO, copy, ignore=skipped)
-    for recipe, done_by in (("An env suite", SUITE_STEPS), ("A strategy", STRATEGY_STEPS)):
+    for recipe, done_by in ((SUITE_RECIPE, SUITE_STEPS), (STRATEGY_RECIPE, STRATEGY_STEPS)):
         for step in steps(recipe):
             done_by[step](copy)
     return copy
@@ -196,7 +183,6 @@ def test_followed_literally_mypy_passes(followed):
 @pytest.mark.parametrize(
     ("left_out", "check", "named"),
     [
-        (("Describe", "README.md"), "tests/test_layout.py", "Describe step"),
         (("Document", "docs/api/envs.md"), "tests/test_layout.py", "Document step"),
         (
             ("Register", "esjax/_src/envs/suites.py"),
@@ -209,7 +195,7 @@ def test_followed_literally_mypy_passes(followed):
 def test_a_step_left_out_is_named_by_the_check_that_fails(tmp_path, left_out, check, named):
     copy = tmp_path / "esjax-copy"
     shutil.copytree(REPO, copy, ignore=skipped)
-    for step in steps("An env suite"):
+    for step in steps(SUITE_RECIPE):
         if step != left_out:
             SUITE_STEPS[step](copy)
     done = run(copy, sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
